@@ -1,0 +1,57 @@
+// Configuration of a Nexus (one per process) and of an Rpc (one per thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "rpc/types.h"
+
+namespace rpc {
+
+struct NexusConfig {
+  // "host:port" of this process's session-management UDP socket. The host
+  // must be an IPv4 address or a name that resolves to one; datapath
+  // sockets of the udp transport bind to the same address.
+  std::string uri;
+  // Threads that run HandlerMode::kBackground handlers.
+  size_t num_bg_threads = 1;
+  // A session-management request is retransmitted every sm_retry_ms until
+  // answered, and fails with SmErr::kTimeout after sm_timeout_ms.
+  uint32_t sm_retry_ms = 50;
+  uint32_t sm_timeout_ms = 1000;
+};
+
+// Told about connect / connect-failure / disconnect of a session. Runs on
+// the Rpc's thread, inside the event loop.
+using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
+
+struct RpcConfig {
+  RpcId rpc_id = 0;
+  // "udp" (default), "fake" (in-process, for tests); "verbs" and "fabric"
+  // where the library was built with them.
+  std::string transport = "udp";
+  // Link MTU in bytes, as configured on the interface. The udp transport
+  // subtracts IP and UDP headers: 1500 gives 1472-byte datagrams. Loopback
+  // and jumbo-frame networks may use up to 65535.
+  size_t mtu_bytes = 1500;
+  // RX ring entries. Each session reserves kSessionCredits of them at both
+  // ends, so this bounds the number of sessions.
+  size_t rx_ring_size = 4096;
+  // Most sessions (client and server ends) this Rpc keeps at once.
+  size_t max_sessions = 1024;
+  // Retransmission timeout: a slot that made no progress for this long
+  // rolls back and resends (go-back-N).
+  uint64_t rto_us = 5000;
+  // Messages larger than this use the transport's one-sided bulk path when
+  // it has one (verbs, fabric, fake). Ignored by udp.
+  size_t bulk_threshold_bytes = 16384;
+  // Fault injection: fraction of datapath TX packets silently dropped.
+  double drop_tx_fraction = 0.0;
+  SessionCallback session_callback;
+  // Opaque pointer handed to handlers via ReqHandle::context().
+  void* context = nullptr;
+};
+
+}  // namespace rpc

@@ -1,0 +1,68 @@
+// Error model: datapath outcomes are a one-byte Errc handed to
+// continuations; control-plane calls return Result<T>; constructors throw
+// rpc::Error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <variant>
+
+#include "rpc/export.h"
+
+namespace rpc {
+
+// Outcome of a request, reported to its continuation (or returned by
+// enqueue_request when the request is refused before it is queued).
+enum class Errc : uint8_t {
+  kOk = 0,
+  kInvalidSession,      // no such session on this Rpc
+  kSessionConnectFailed,// the session could not be connected
+  kSessionDestroyed,    // destroy_session() was called with the request outstanding
+  kSessionReset,        // the remote failed; the session was reset
+  kMsgTooLarge,         // the request exceeds the maximum message size
+  kRespBufferTooSmall,  // the response does not fit in the response buffer
+  kNoHandler,           // the server has no handler for this request type
+  kInvalidArgument,     // e.g. an unallocated MsgBuffer
+};
+
+RPC_EXPORT std::string_view to_string(Errc errc);
+
+// Exception thrown by constructors and fatal setup failures. It is a
+// std::system_error so it carries errno where one applies.
+class RPC_EXPORT Error : public std::system_error {
+ public:
+  explicit Error(const std::string& what, int errno_value = 0)
+      : std::system_error(errno_value, std::generic_category(), what) {}
+};
+
+// The error half of a Result: a category-free code plus human context.
+struct Failure {
+  std::string message;
+};
+
+// A value or a Failure. Modelled on std::expected (C++23), which C++20 lacks.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}  // NOLINT(implicit)
+  Result(Failure failure) : state_(std::move(failure)) {}  // NOLINT(implicit)
+
+  bool has_value() const { return state_.index() == 0; }
+  explicit operator bool() const { return has_value(); }
+  T& value() & { return std::get<0>(state_); }
+  const T& value() const& { return std::get<0>(state_); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  // REQUIRES: !has_value()
+  const std::string& error() const { return std::get<1>(state_).message; }
+
+ private:
+  std::variant<T, Failure> state_;
+};
+
+}  // namespace rpc

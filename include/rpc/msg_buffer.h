@@ -1,0 +1,59 @@
+// MsgBuffer: a message buffer allocated from an Rpc and registered with its
+// transport. Layout (zero-copy TX: every packet is sent straight from here):
+//
+//   [hdr 0][data ........................ max_size][hdr 1][hdr 2]...[hdr N-1]
+//
+// Packet 0's header sits right before the data; the headers of later packets
+// follow the data area. A MsgBuffer is a small handle: copying it copies the
+// handle, not the memory. Free it with Rpc::free_msg_buffer().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rpc/export.h"
+
+namespace rpc {
+
+// Size of the packet header every datagram starts with.
+inline constexpr size_t kPktHeaderBytes = 16;
+
+namespace detail {
+struct MemRegion;
+struct MsgBufferAccess;
+}  // namespace detail
+
+class RPC_EXPORT MsgBuffer {
+ public:
+  MsgBuffer() = default;
+
+  // True once allocated by an Rpc (and until freed).
+  bool valid() const { return buf_ != nullptr; }
+  uint8_t* data() { return buf_ + kPktHeaderBytes; }
+  const uint8_t* data() const { return buf_ + kPktHeaderBytes; }
+  // Current message size in bytes (what will be sent).
+  size_t size() const { return data_size_; }
+  // Capacity fixed at allocation.
+  size_t max_size() const { return max_data_size_; }
+  // Packets the current size takes on the wire (at least 1).
+  size_t num_pkts() const { return num_pkts_; }
+
+  // Sets the message size. Returns false (and changes nothing) when
+  // new_size > max_size(). Never reallocates.
+  bool resize(size_t new_size);
+
+ private:
+  friend struct detail::MsgBufferAccess;
+
+  uint8_t* buf_ = nullptr;  // header 0; data starts kPktHeaderBytes later
+  uint32_t max_data_size_ = 0;
+  uint32_t data_size_ = 0;
+  uint32_t data_per_pkt_ = 0;
+  uint32_t num_pkts_ = 0;
+  uint32_t max_num_pkts_ = 0;
+  uint32_t tail_hdr_offset_ = 0;  // offset of header 1 from buf_
+  detail::MemRegion* region_ = nullptr;
+  uint32_t size_class_ = 0;
+};
+
+}  // namespace rpc

@@ -1,0 +1,119 @@
+// Rpc: one endpoint per thread. Client and server at once: it opens
+// sessions to remote Rpcs, sends requests and runs handlers for requests it
+// receives, all from its event loop.
+//
+// Threading: an Rpc belongs to the thread that created it. Every method
+// must be called from that thread, except enqueue_response() for handles
+// given to background handlers. Datapath methods are noexcept and do not
+// allocate in the common case.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "rpc/config.h"
+#include "rpc/error.h"
+#include "rpc/msg_buffer.h"
+#include "rpc/nexus.h"
+#include "rpc/req_handle.h"
+#include "rpc/stats.h"
+#include "rpc/types.h"
+
+namespace rpc {
+
+namespace detail {
+class RpcImpl;
+}
+
+class Rpc;
+
+// What a continuation is told about a finished request.
+struct Completion {
+  Errc errc;         // kOk, or why the request failed
+  MsgBuffer* resp;   // the response buffer given to enqueue_request
+  size_t resp_size;  // bytes of response (resp->size() too); 0 on error
+  void* tag;         // the tag given to enqueue_request
+};
+
+// Runs on the Rpc's thread, exactly once per accepted request.
+using Continuation = void (*)(Rpc& rpc, const Completion& completion);
+
+class RPC_EXPORT Rpc {
+ public:
+  // Creates the endpoint and its transport, and registers it with the
+  // Nexus under config.rpc_id. Throws rpc::Error when the rpc_id is taken
+  // or out of range, or the transport cannot be created.
+  Rpc(Nexus& nexus, const RpcConfig& config);
+  // Fails every outstanding request with kSessionDestroyed (continuations
+  // run), tells connected servers, and unregisters from the Nexus.
+  ~Rpc();
+  Rpc(const Rpc&) = delete;
+  Rpc& operator=(const Rpc&) = delete;
+
+  // --- Sessions (control path) ---
+
+  // Starts connecting a client session to Rpc remote_rpc_id at the Nexus
+  // listening on remote_uri ("host:port"). Returns the session number at
+  // once; the session callback later reports kConnected or kConnectFailed.
+  // Requests may be enqueued before the session is connected: they wait.
+  [[nodiscard]] Result<SessionNum> create_session(const std::string& remote_uri,
+                                                  RpcId remote_rpc_id);
+  // Fails the session's outstanding requests with kSessionDestroyed and
+  // disconnects it; the callback reports kDisconnected. Fails for an
+  // unknown session.
+  [[nodiscard]] Result<bool> destroy_session(SessionNum session_num);
+  bool is_connected(SessionNum session_num) const;
+  // Counters of one session (client or server end); nullptr if unknown.
+  const SessionStats* session_stats(SessionNum session_num) const;
+  size_t num_active_sessions() const;
+
+  // --- Buffers ---
+
+  // A registered buffer of max_size bytes (size() == max_size()). Returns an
+  // invalid buffer (valid() == false) when max_size exceeds
+  // max_msg_size() or memory is exhausted.
+  MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
+  // REQUIRES: new_size <= buf.max_size(); returns false otherwise.
+  bool resize_msg_buffer(MsgBuffer& buf, size_t new_size) noexcept { return buf.resize(new_size); }
+  // Frees buf and invalidates the handle.
+  void free_msg_buffer(MsgBuffer& buf) noexcept;
+
+  // --- Datapath ---
+
+  // Sends req (req.size() bytes) to the handler for req_type on the
+  // session's server. The Rpc owns req and resp until the continuation
+  // runs; the response is written into resp (resized to the response size).
+  // Returns kOk when queued (the continuation will run exactly once), or an
+  // error and does nothing (the continuation will not run).
+  Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req,
+                       MsgBuffer& resp, Continuation cont, void* tag) noexcept;
+  // Sends the response for a request. resp is either the handle's
+  // pre_resp_buffer() or a buffer from alloc_msg_buffer(), which the Rpc
+  // then owns and frees. Callable from the handler, later (deferred), from
+  // a continuation (nested RPC), or from a background thread for handles
+  // given to background handlers.
+  void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
+
+  // Runs the event loop for about `duration`.
+  void run_event_loop(std::chrono::microseconds duration) noexcept;
+  // One iteration: receive, handle, send, check timeouts.
+  void run_event_loop_once() noexcept;
+
+  // --- Introspection ---
+  RpcId rpc_id() const;
+  const RpcStats& stats() const;
+  // Largest message this Rpc can send or receive.
+  size_t max_msg_size() const;
+  // Data bytes in one packet on this transport.
+  size_t max_data_per_pkt() const;
+  const std::string& transport_name() const;
+
+  detail::RpcImpl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<detail::RpcImpl> impl_;
+};
+
+}  // namespace rpc

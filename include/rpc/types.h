@@ -1,0 +1,51 @@
+// Basic identifiers and enums shared by the whole public API.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "rpc/export.h"
+
+namespace rpc {
+
+// Request type: selects the handler on the server. 0..255.
+using ReqType = uint8_t;
+// Identifies an Rpc endpoint within its Nexus. 0..254 (255 is reserved).
+using RpcId = uint8_t;
+// Identifies a session within one Rpc.
+using SessionNum = uint16_t;
+
+inline constexpr RpcId kInvalidRpcId = 255;
+inline constexpr SessionNum kInvalidSessionNum = 0xffff;
+
+// How a request handler runs.
+enum class HandlerMode : uint8_t {
+  kForeground,  // in the owning Rpc's event loop; must not block
+  kBackground,  // on a Nexus background thread; may block
+};
+
+// What a session-event callback is told.
+enum class SessionEvent : uint8_t {
+  kConnected,
+  kConnectFailed,  // see the SmErr reason
+  kDisconnected,   // after destroy_session() or the remote's disconnect
+  kReset,          // the remote failed; outstanding requests were failed
+};
+
+// Reasons carried by session-management refusals and failures.
+enum class SmErr : uint8_t {
+  kNone = 0,
+  kUnknownRpcId,        // no Rpc with that rpc_id at the remote Nexus
+  kNoRingRoom,          // the remote has no RX ring room for another session
+  kTooManySessions,     // the remote's session table is full
+  kTransportMismatch,   // the two Rpcs use different transports
+  kVersionMismatch,     // incompatible session-management protocol versions
+  kInvalidRoutingInfo,  // the peer's routing info could not be resolved
+  kTimeout,             // no answer within the configured timeout
+  kInvalidSession,      // the session named in the message does not exist
+};
+
+RPC_EXPORT std::string_view to_string(SessionEvent event);
+RPC_EXPORT std::string_view to_string(SmErr err);
+
+}  // namespace rpc

@@ -1,0 +1,89 @@
+// Buffer allocator for MsgBuffers: power-of-two size classes carved from
+// large chunks (2 MiB hugepages when the system has them, normal pages
+// otherwise), every chunk registered with the transport once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace rpc::detail {
+
+// A registered memory region (one chunk, or one large allocation).
+struct MemRegion {
+  uint8_t* base = nullptr;
+  size_t len = 0;
+  MemReg reg;
+  bool hugepage = false;
+};
+
+// A raw allocation: start, usable length, region and size class.
+struct Allocation {
+  uint8_t* buf = nullptr;
+  size_t len = 0;
+  MemRegion* region = nullptr;
+  uint32_t size_class = 0;
+};
+
+class Allocator {
+ public:
+  using RegisterFn = std::function<Result<MemReg>(void*, size_t)>;
+  using DeregisterFn = std::function<void(const MemReg&)>;
+
+  // thread_safe: take a lock around alloc/free (needed when background
+  // handler threads allocate); otherwise single-threaded and lock-free.
+  Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe);
+  ~Allocator();  // deregisters and unmaps everything
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // At least len bytes (len > 0), 64-byte aligned. {nullptr...} when out of
+  // memory or registration failed.
+  Allocation alloc(size_t len) noexcept;
+  void free(const Allocation& a) noexcept;
+
+  size_t bytes_reserved() const { return bytes_reserved_; }
+  size_t num_regions() const { return regions_.size(); }
+
+  static constexpr size_t kMinClassBytes = 64;
+  static constexpr size_t kChunkBytes = 2u << 20;  // classes up to this share chunks
+  static constexpr size_t kNumClasses = 32;
+
+ private:
+  Allocation alloc_locked(size_t len) noexcept;
+  bool grow(uint32_t size_class) noexcept;
+  MemRegion* map_region(size_t len) noexcept;
+
+  RegisterFn register_fn_;
+  DeregisterFn deregister_fn_;
+  bool thread_safe_;
+  std::mutex mutex_;
+  std::vector<std::vector<uint8_t*>> free_lists_;  // by size class
+  std::vector<MemRegion*> regions_;
+  size_t bytes_reserved_ = 0;
+};
+
+// Builds MsgBuffers on top of the allocator (layout in rpc/msg_buffer.h).
+struct MsgBufferAccess {
+  // Bytes needed for a buffer of max_data bytes split into data_per_pkt.
+  static size_t alloc_bytes(size_t max_data, size_t data_per_pkt);
+  static MsgBuffer make(const Allocation& a, size_t max_data, size_t data_per_pkt);
+  // A view of packet data that lives elsewhere (an RX ring buffer): buf
+  // points at the packet header, data follows. Not freeable.
+  static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
+  static Allocation allocation_of(const MsgBuffer& m);
+  static uint8_t* hdr(MsgBuffer& m, size_t pkt_num);  // header of packet pkt_num
+  static const uint8_t* pkt_data(const MsgBuffer& m, size_t pkt_num);
+  static size_t pkt_data_len(const MsgBuffer& m, size_t pkt_num);
+  static uint32_t lkey(const MsgBuffer& m);
+  static MemRegion* region(const MsgBuffer& m) { return m.region_; }
+  static uint8_t* raw(const MsgBuffer& m) { return m.buf_; }
+  static size_t data_per_pkt(const MsgBuffer& m) { return m.data_per_pkt_; }
+  static void invalidate(MsgBuffer& m) { m = MsgBuffer(); }
+};
+
+}  // namespace rpc::detail

@@ -1,0 +1,116 @@
+// The in-process `fake` transport: deterministic delivery between Rpcs of
+// one process through a FakeNetwork, with scripted drop / hold (reorder) /
+// duplicate verdicts and TX capture for protocol tests. Bulk operations are
+// memcpy between registered regions.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace rpc::detail {
+
+struct FakePacket {
+  uint32_t src = 0;  // endpoint ids
+  uint32_t dst = 0;
+  std::vector<uint8_t> bytes;  // header + data
+};
+
+enum class FakeVerdict : uint8_t {
+  kDeliver,    // deliver now
+  kDrop,       // lose it
+  kHold,       // keep it aside until release_held()
+  kDuplicate,  // deliver twice
+};
+
+// Process-wide switchboard. Thread-safe (one mutex; this is a test transport).
+class FakeNetwork {
+ public:
+  using Filter = std::function<FakeVerdict(const FakePacket&)>;
+
+  static FakeNetwork& instance();
+
+  // The filter sees every packet sent, in order, under the network lock; it
+  // must not call back into the network.
+  void set_filter(Filter filter);
+  // Clears the filter, the capture and held packets.
+  void reset();
+
+  // Every packet sent (before the filter) is appended here while enabled.
+  void set_capture(bool enabled);
+  std::vector<FakePacket> captured();
+  void clear_captured();
+
+  size_t num_held();
+  // Delivers held packets, oldest first or in reverse order.
+  void release_held(bool reverse = false);
+
+  // --- used by FakeTransport ---
+  uint32_t attach();
+  void detach(uint32_t endpoint);
+  void send(FakePacket packet);
+  // Moves up to max packets for endpoint into out; returns how many.
+  size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out);
+  uint32_t register_region(uint8_t* base, size_t len);
+  void deregister_region(uint32_t rkey);
+  // Copies between a registered remote region and local memory. False if
+  // [remote_addr, remote_addr + len) is not inside region rkey.
+  bool copy_remote(uint32_t rkey, uint64_t remote_addr, uint8_t* local, size_t len, bool read);
+
+ private:
+  void deliver_locked(FakePacket packet);
+
+  std::mutex mutex_;
+  Filter filter_;
+  bool capture_ = false;
+  std::vector<FakePacket> captured_;
+  std::vector<FakePacket> held_;
+  uint32_t next_endpoint_ = 1;
+  std::unordered_map<uint32_t, std::deque<FakePacket>> inboxes_;
+  struct Region {
+    uint8_t* base;
+    size_t len;
+  };
+  uint32_t next_rkey_ = 1;
+  std::unordered_map<uint32_t, Region> regions_;
+};
+
+class FakeTransport final : public Transport {
+ public:
+  explicit FakeTransport(const RpcConfig& config);
+  ~FakeTransport() override;
+
+  const char* name() const override { return "fake"; }
+  TransportCaps caps() const override { return caps_; }
+  void tx_burst(std::span<const TxItem> items) override;
+  void tx_flush() override {}
+  size_t rx_burst(std::span<RxPacket> out) override;
+  void post_recvs(size_t n) override;
+  void fill_local_routing_info(RoutingInfo& out) const override;
+  bool resolve_remote_routing_info(RoutingInfo& info) override;
+  uint64_t src_key_of(const RoutingInfo& resolved) const override;
+  Result<MemReg> register_memory(void* addr, size_t len) override;
+  void deregister_memory(const MemReg& reg) override;
+  bool post_read(const BulkOp& op) override;
+  bool post_write(const BulkOp& op) override;
+  size_t poll_bulk(std::span<BulkCompletion> out) override;
+
+  uint32_t endpoint() const { return endpoint_; }
+
+ private:
+  TransportCaps caps_;
+  uint32_t endpoint_;
+  // RX ring: fixed buffers handed out in order, returned by post_recvs.
+  std::vector<std::vector<uint8_t>> ring_;
+  size_t ring_head_ = 0;    // next buffer to fill
+  size_t ring_in_use_ = 0;  // handed out, not yet returned
+  std::vector<FakePacket> scratch_;
+  std::vector<BulkCompletion> bulk_done_;
+};
+
+}  // namespace rpc::detail

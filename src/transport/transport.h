@@ -1,0 +1,120 @@
+// The one transport interface. Burst-granular: the engine makes one virtual
+// call per burst of packets, never per packet. Implementations: udp/, fake/
+// (and later verbs/, fabric/). Nothing third-party appears here.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "rpc/config.h"
+#include "rpc/error.h"
+
+namespace rpc::detail {
+
+// Opaque, fixed-size routing info each transport fills and checks. It is
+// exchanged in session-management messages, then resolved in place into
+// whatever the transport needs to address the peer.
+struct RoutingInfo {
+  static constexpr size_t kMaxBytes = 48;
+  std::array<uint8_t, kMaxBytes> bytes{};
+};
+
+// Registration of a memory region with the transport.
+struct MemReg {
+  uint32_t lkey = 0;      // local key (verbs lkey; fake: region id)
+  uint32_t rkey = 0;      // remote key handed to peers for one-sided ops
+  void* desc = nullptr;   // libfabric descriptor; unused elsewhere
+};
+
+struct TransportCaps {
+  size_t max_pkt_bytes = 0;       // header + data of one datagram
+  size_t max_data_per_pkt = 0;    // max_pkt_bytes - kPktHeaderBytes
+  size_t rx_ring_size = 0;        // RX ring entries
+  size_t max_inline_bytes = 0;    // sends up to this size may be inlined
+  bool bulk = false;              // post_read/post_write available
+};
+
+// One datagram to send: a header and a data slice, both inside registered
+// buffers (zero copy). The route is a resolved RoutingInfo.
+struct TxItem {
+  const RoutingInfo* route;
+  const uint8_t* hdr;             // kPktHeaderBytes bytes
+  const uint8_t* data;            // may be nullptr when data_len == 0
+  uint32_t data_len;
+  uint32_t data_lkey;
+};
+
+// One received datagram, in an RX ring buffer owned by the transport. It
+// stays valid until the engine returns it with post_recvs().
+struct RxPacket {
+  uint8_t* buf;
+  uint32_t len;
+  uint64_t src_key;               // identifies the sender, see src_key_of()
+};
+
+// A one-sided operation: copy len bytes between a local registered buffer
+// and a remote one.
+struct BulkOp {
+  const RoutingInfo* route;
+  uint8_t* local_addr;
+  uint32_t local_lkey;
+  void* local_desc;
+  uint64_t remote_addr;
+  uint32_t remote_rkey;
+  uint32_t len;
+  uint64_t cookie;                // returned in the completion
+};
+
+struct BulkCompletion {
+  uint64_t cookie;
+  bool ok;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual const char* name() const = 0;
+  virtual TransportCaps caps() const = 0;
+
+  // --- datagram path ---
+  // Sends every item (or drops it if the network cannot take it now:
+  // datagram semantics, loss recovery is the engine's job).
+  virtual void tx_burst(std::span<const TxItem> items) = 0;
+  // Makes sure everything sent so far has been handed to the hardware.
+  virtual void tx_flush() = 0;
+  // Receives up to out.size() packets into the RX ring; returns how many.
+  virtual size_t rx_burst(std::span<RxPacket> out) = 0;
+  // Returns the n oldest RX ring buffers handed out by rx_burst.
+  virtual void post_recvs(size_t n) = 0;
+
+  // --- routing ---
+  virtual void fill_local_routing_info(RoutingInfo& out) const = 0;
+  // Resolves a peer's routing info in place. False when it is malformed.
+  virtual bool resolve_remote_routing_info(RoutingInfo& info) = 0;
+  // The src_key that packets from the peer with this resolved info carry.
+  virtual uint64_t src_key_of(const RoutingInfo& resolved) const = 0;
+
+  // --- memory ---
+  virtual Result<MemReg> register_memory(void* addr, size_t len) = 0;
+  virtual void deregister_memory(const MemReg& reg) = 0;
+
+  // --- bulk path (only where caps().bulk) ---
+  // Reads op.len bytes from the remote buffer into the local one. False
+  // when the op could not be posted (try again later).
+  virtual bool post_read(const BulkOp& op) = 0;
+  virtual bool post_write(const BulkOp& op) = 0;
+  // Collects finished one-sided operations.
+  virtual size_t poll_bulk(std::span<BulkCompletion> out) = 0;
+};
+
+// Creates the transport named in config.transport. bind_ip is the IPv4
+// address of the Nexus (the udp transport binds its socket there).
+Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
+                                                  const std::string& bind_ip);
+
+}  // namespace rpc::detail
