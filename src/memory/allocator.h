@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "rpc/msg_buffer.h"
 #include "transport/transport.h"
 
 namespace rpc::detail {
@@ -62,7 +63,8 @@ class Allocator {
   DeregisterFn deregister_fn_;
   bool thread_safe_;
   std::mutex mutex_;
-  std::vector<std::vector<uint8_t*>> free_lists_;  // by size class
+  // By size class: free blocks and the region each lies in.
+  std::vector<std::vector<std::pair<uint8_t*, MemRegion*>>> free_lists_;
   std::vector<MemRegion*> regions_;
   size_t bytes_reserved_ = 0;
 };

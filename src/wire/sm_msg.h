@@ -20,7 +20,7 @@
 //   32  48   routing             sender's datapath routing info
 //   80       (end)
 //
-// Bytes 0..7 and the token are the envelope: they keep their place in every
+// Bytes 0..8 (magic, version, length, type) and the token are the envelope: they keep their place in every
 // version, so a peer can refuse a message of another version by token.
 #pragma once
 

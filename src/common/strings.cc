@@ -1,0 +1,72 @@
+// Names of public enums, the log level and the assert handler.
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+#include "rpc/error.h"
+#include "rpc/types.h"
+
+namespace rpc {
+
+std::string_view to_string(Errc errc) {
+  switch (errc) {
+    case Errc::kOk: return "ok";
+    case Errc::kInvalidSession: return "invalid session";
+    case Errc::kSessionConnectFailed: return "session connect failed";
+    case Errc::kSessionDestroyed: return "session destroyed";
+    case Errc::kSessionReset: return "session reset";
+    case Errc::kMsgTooLarge: return "message too large";
+    case Errc::kRespBufferTooSmall: return "response buffer too small";
+    case Errc::kNoHandler: return "no handler for request type";
+    case Errc::kInvalidArgument: return "invalid argument";
+  }
+  return "unknown error";
+}
+
+std::string_view to_string(SessionEvent event) {
+  switch (event) {
+    case SessionEvent::kConnected: return "connected";
+    case SessionEvent::kConnectFailed: return "connect failed";
+    case SessionEvent::kDisconnected: return "disconnected";
+    case SessionEvent::kReset: return "reset";
+  }
+  return "unknown event";
+}
+
+std::string_view to_string(SmErr err) {
+  switch (err) {
+    case SmErr::kNone: return "none";
+    case SmErr::kUnknownRpcId: return "no Rpc with that rpc_id at the remote";
+    case SmErr::kNoRingRoom: return "the remote has no RX ring room for another session";
+    case SmErr::kTooManySessions: return "the remote has too many sessions";
+    case SmErr::kTransportMismatch: return "the remote Rpc uses another transport";
+    case SmErr::kVersionMismatch: return "session-management version mismatch";
+    case SmErr::kInvalidRoutingInfo: return "invalid routing info";
+    case SmErr::kTimeout: return "no answer from the remote within the timeout";
+    case SmErr::kInvalidSession: return "no such session at the remote";
+  }
+  return "unknown reason";
+}
+
+namespace detail {
+
+LogLevel runtime_log_level() {
+  static const LogLevel level = [] {
+    const char* env = std::getenv("RPC_LOG_LEVEL");
+    if (env == nullptr) return LogLevel::kWarn;
+    static constexpr const char* kNames[] = {"error", "warn", "info", "debug", "trace"};
+    for (int i = 0; i < 5; i++) {
+      if (std::strcmp(env, kNames[i]) == 0) return static_cast<LogLevel>(i);
+    }
+    return LogLevel::kWarn;
+  }();
+  return level;
+}
+
+void assert_failed(const char* cond, const char* msg, const char* file, int line) {
+  fmt::print(stderr, "librpc: invariant violated: {} ({}) at {}:{}\n", msg, cond, file, line);
+  std::abort();
+}
+
+}  // namespace detail
+}  // namespace rpc

@@ -1,0 +1,84 @@
+#include "rpc/msg_buffer.h"
+
+#include <algorithm>
+
+#include "memory/allocator.h"
+
+namespace rpc {
+namespace {
+
+// Packets that size bytes take: at least 1, since an empty message still
+// travels as one header-only packet. data_per_pkt is 0 only in a
+// default-constructed MsgBuffer, which must not divide by zero.
+size_t num_pkts_for(size_t size, size_t data_per_pkt) {
+  if (size == 0 || data_per_pkt == 0) return 1;
+  return (size + data_per_pkt - 1) / data_per_pkt;
+}
+
+// The data area is padded to 8 bytes so the headers after it stay aligned.
+size_t tail_hdr_offset_for(size_t max_data) { return kPktHeaderBytes + (max_data + 7) / 8 * 8; }
+
+}  // namespace
+
+bool MsgBuffer::resize(size_t new_size) {
+  if (new_size > max_data_size_) return false;
+  data_size_ = static_cast<uint32_t>(new_size);
+  num_pkts_ = static_cast<uint32_t>(num_pkts_for(new_size, data_per_pkt_));
+  return true;
+}
+
+namespace detail {
+
+size_t MsgBufferAccess::alloc_bytes(size_t max_data, size_t data_per_pkt) {
+  return tail_hdr_offset_for(max_data) +
+         (num_pkts_for(max_data, data_per_pkt) - 1) * kPktHeaderBytes;
+}
+
+MsgBuffer MsgBufferAccess::make(const Allocation& a, size_t max_data, size_t data_per_pkt) {
+  // A failed allocation gives an invalid buffer rather than one whose sizes
+  // promise memory that is not there.
+  if (a.buf == nullptr) return MsgBuffer();
+  MsgBuffer m = make_view(a.buf, max_data, data_per_pkt);
+  m.region_ = a.region;
+  m.size_class_ = a.size_class;
+  return m;
+}
+
+MsgBuffer MsgBufferAccess::make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt) {
+  const auto num_pkts = static_cast<uint32_t>(num_pkts_for(data_size, data_per_pkt));
+  MsgBuffer m;
+  m.buf_ = hdr_and_data;
+  m.max_data_size_ = static_cast<uint32_t>(data_size);
+  m.data_size_ = static_cast<uint32_t>(data_size);
+  m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
+  m.num_pkts_ = num_pkts;
+  m.max_num_pkts_ = num_pkts;
+  m.tail_hdr_offset_ = static_cast<uint32_t>(tail_hdr_offset_for(data_size));
+  return m;
+}
+
+Allocation MsgBufferAccess::allocation_of(const MsgBuffer& m) {
+  return {m.buf_, alloc_bytes(m.max_data_size_, m.data_per_pkt_), m.region_, m.size_class_};
+}
+
+uint8_t* MsgBufferAccess::hdr(MsgBuffer& m, size_t pkt_num) {
+  if (pkt_num == 0) return m.buf_;
+  return m.buf_ + m.tail_hdr_offset_ + (pkt_num - 1) * kPktHeaderBytes;
+}
+
+const uint8_t* MsgBufferAccess::pkt_data(const MsgBuffer& m, size_t pkt_num) {
+  return m.data() + pkt_num * m.data_per_pkt_;
+}
+
+size_t MsgBufferAccess::pkt_data_len(const MsgBuffer& m, size_t pkt_num) {
+  const size_t offset = pkt_num * m.data_per_pkt_;
+  if (offset >= m.data_size_) return 0;  // e.g. packet 0 of an empty message
+  return std::min<size_t>(m.data_per_pkt_, m.data_size_ - offset);
+}
+
+uint32_t MsgBufferAccess::lkey(const MsgBuffer& m) {
+  return m.region_ != nullptr ? m.region_->reg.lkey : 0;
+}
+
+}  // namespace detail
+}  // namespace rpc

@@ -1,0 +1,97 @@
+#include <fmt/format.h>
+
+#include "nexus/bg_threads.h"
+#include "nexus/nexus_impl.h"
+#include "nexus/sm_thread.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc {
+
+Nexus::Nexus(const NexusConfig& config) : impl_(std::make_unique<detail::NexusImpl>(config)) {}
+Nexus::~Nexus() = default;
+
+Result<bool> Nexus::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
+  return impl_->register_handler(req_type, std::move(handler), mode);
+}
+
+const std::string& Nexus::uri() const { return impl_->uri(); }
+
+namespace detail {
+
+NexusImpl::NexusImpl(const NexusConfig& config) : config_(config) {
+  auto addr = parse_uri(config.uri, /*allow_port_zero=*/true);
+  if (!addr) throw Error("Nexus: " + addr.error());
+  if (addr->ipv4 == 0) {
+    throw Error(fmt::format("Nexus: URI '{}' names no host; give the IPv4 address peers reach "
+                            "this process at (it is also the datapath address)",
+                            config.uri));
+  }
+  if (config.sm_retry_ms == 0 || config.sm_timeout_ms < config.sm_retry_ms) {
+    throw Error("Nexus: need 0 < sm_retry_ms <= sm_timeout_ms");
+  }
+  addr_ = *addr;
+  sm_thread_ = std::make_unique<SmThread>(*this, addr_, config.sm_retry_ms, config.sm_timeout_ms);
+  addr_.port = sm_thread_->bound_port();
+  uri_ = addr_.to_string();
+  if (config.num_bg_threads > 0) bg_threads_ = std::make_unique<BgThreads>(config.num_bg_threads);
+}
+
+NexusImpl::~NexusImpl() {
+  // Stop the SM thread first: it calls into the registry.
+  sm_thread_.reset();
+  bg_threads_.reset();
+}
+
+Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
+  if (handlers_frozen_.load()) {
+    return Failure{"register_handler: handlers must be registered before any Rpc is created"};
+  }
+  if (!handler) return Failure{"register_handler: empty handler"};
+  if (handlers_[req_type].registered) {
+    return Failure{fmt::format("register_handler: request type {} already has a handler", req_type)};
+  }
+  if (mode == HandlerMode::kBackground && config_.num_bg_threads == 0) {
+    return Failure{"register_handler: background mode needs NexusConfig::num_bg_threads > 0"};
+  }
+  handlers_[req_type] = HandlerEntry{std::move(handler), mode, true};
+  return true;
+}
+
+const std::array<HandlerEntry, 256>& NexusImpl::freeze_handlers() {
+  handlers_frozen_.store(true);
+  return handlers_;
+}
+
+Result<bool> NexusImpl::register_rpc(RpcId id, RpcImpl* rpc) {
+  if (id == kInvalidRpcId) return Failure{"rpc_id 255 is reserved"};
+  std::lock_guard lock(registry_mutex_);
+  if (rpcs_[id] != nullptr) return Failure{fmt::format("rpc_id {} is already in use", id)};
+  rpcs_[id] = rpc;
+  return true;
+}
+
+void NexusImpl::unregister_rpc(RpcId id) {
+  std::lock_guard lock(registry_mutex_);
+  rpcs_[id] = nullptr;
+}
+
+bool NexusImpl::deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from) {
+  std::lock_guard lock(registry_mutex_);
+  RpcImpl* rpc = rpcs_[id];
+  if (rpc == nullptr) return false;
+  rpc->sm_deliver(msg, from);
+  return true;
+}
+
+void NexusImpl::sm_send_request(const SmMsg& msg, const NetAddr& to) {
+  sm_thread_->send_request(msg, to);
+}
+
+void NexusImpl::sm_send_response(const SmMsg& msg, const NetAddr& to) {
+  sm_thread_->send_response(msg, to);
+}
+
+void NexusImpl::submit_background(const BgWork& work) { bg_threads_->submit(work); }
+
+}  // namespace detail
+}  // namespace rpc

@@ -1,0 +1,76 @@
+// Per-process state behind rpc::Nexus: handler table, Rpc registry, the
+// session-management thread and the background handler threads.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/net_addr.h"
+#include "rpc/nexus.h"
+#include "wire/sm_msg.h"
+
+namespace rpc::detail {
+
+class RpcImpl;
+class SmThread;
+class BgThreads;
+
+struct HandlerEntry {
+  ReqHandler fn;
+  HandlerMode mode = HandlerMode::kForeground;
+  bool registered = false;
+};
+
+// Work for a background thread: run handler on handle, then tell rpc.
+struct BgWork {
+  const HandlerEntry* entry;
+  ReqHandle* handle;
+  RpcImpl* rpc;
+};
+
+class NexusImpl {
+ public:
+  explicit NexusImpl(const NexusConfig& config);
+  ~NexusImpl();
+
+  Result<bool> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode);
+  // Freezes the handler table (first Rpc) and returns it.
+  const std::array<HandlerEntry, 256>& freeze_handlers();
+
+  // Registry of Rpcs by rpc_id. register_rpc fails if taken.
+  Result<bool> register_rpc(RpcId id, RpcImpl* rpc);
+  void unregister_rpc(RpcId id);
+  // Calls rpc->sm_deliver(msg, from) under the registry lock; false if no
+  // Rpc has that id.
+  bool deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from);
+
+  // Session management, callable from any thread. Requests are
+  // retransmitted until a response with the same token arrives (delivered
+  // to Rpc local_rpc_id) or the timeout passes (a synthesized response with
+  // SmErr::kTimeout is delivered instead).
+  void sm_send_request(const SmMsg& msg, const NetAddr& to);
+  void sm_send_response(const SmMsg& msg, const NetAddr& to);
+
+  void submit_background(const BgWork& work);
+  size_t num_bg_threads() const { return config_.num_bg_threads; }
+
+  const NexusConfig& config() const { return config_; }
+  const std::string& uri() const { return uri_; }
+  const NetAddr& addr() const { return addr_; }
+
+ private:
+  NexusConfig config_;
+  NetAddr addr_;
+  std::string uri_;
+  std::array<HandlerEntry, 256> handlers_;
+  std::atomic<bool> handlers_frozen_{false};
+  std::mutex registry_mutex_;
+  std::array<RpcImpl*, 256> rpcs_{};
+  std::unique_ptr<SmThread> sm_thread_;
+  std::unique_ptr<BgThreads> bg_threads_;
+};
+
+}  // namespace rpc::detail

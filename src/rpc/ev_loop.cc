@@ -1,0 +1,41 @@
+// The event loop: one call per phase. Reads like a table of contents.
+#include "common/clock.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+void RpcImpl::run_event_loop_once() noexcept {
+  now_ns_ = now_ns();
+  if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
+  process_rx();                    // packets: requests, responses, credit returns, RFRs
+  if (!stall_queue_.empty()) process_stall_queue();  // slots that were out of credits
+  if (bg_pending_.load(std::memory_order_acquire)) poll_bg_responses();
+  if (caps_.bulk) poll_bulk();     // finished one-sided reads
+  if (now_ns_ - last_loss_scan_ns_ >= rto_ns_ / 2) scan_for_loss();
+  tx_flush();
+}
+
+void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
+  const uint64_t end_ns = now_ns() + static_cast<uint64_t>(duration.count()) * 1000;
+  do {
+    run_event_loop_once();
+  } while (now_ns_ < end_ns);
+}
+
+void RpcImpl::sm_deliver(const SmMsg& msg, const NetAddr& from) {
+  std::lock_guard lock(sm_mutex_);
+  sm_queue_.push_back(SmDelivery{msg, from});
+  sm_pending_.store(true, std::memory_order_release);
+}
+
+void RpcImpl::poll_sm_queue() {
+  {
+    std::lock_guard lock(sm_mutex_);
+    sm_local_.swap(sm_queue_);
+    sm_pending_.store(false, std::memory_order_release);
+  }
+  for (const SmDelivery& d : sm_local_) handle_sm(d);
+  sm_local_.clear();
+}
+
+}  // namespace rpc::detail

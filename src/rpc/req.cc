@@ -1,0 +1,276 @@
+// Requests: the client queues and sends them within its credits; the server
+// assembles request packets and runs the handler once per request.
+#include <algorithm>
+
+#include "nexus/nexus_impl.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+// ---------------------------------------------------------------- client
+
+Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                              Continuation cont, void* tag) noexcept {
+  if (sn >= sessions_.size() || sessions_[sn] == nullptr) return Errc::kInvalidSession;
+  Session& session = *sessions_[sn];
+  if (!session.is_client() || session.state == SessionState::kDisconnectInProgress) {
+    return Errc::kInvalidSession;
+  }
+  if (!req.valid() || !resp.valid() || cont == nullptr) return Errc::kInvalidArgument;
+  if (req.size() > max_msg_size_) return Errc::kMsgTooLarge;
+
+  const BacklogEntry entry{req_type, &req, &resp, cont, tag};
+  if (session.is_connected() && session.backlog.empty()) {
+    for (ClientSlot& slot : session.cslots) {
+      if (!slot.active) {
+        start_request(slot, entry);
+        return Errc::kOk;
+      }
+    }
+  }
+  // Window full, or not yet connected: wait in order. Allocates (a deque
+  // block) only now and then.
+  session.backlog.push_back(entry);
+  return Errc::kOk;
+}
+
+void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
+  slot.active = true;
+  slot.req_type = entry.req_type;
+  slot.req = entry.req;
+  slot.resp = entry.resp;
+  slot.cont = entry.cont;
+  slot.tag = entry.tag;
+  slot.req_num = slot.next_req_num;
+  slot.next_req_num += kSessionReqWindow;
+  slot.bulk_req = use_bulk(entry.req->size());
+  slot.bulk_resp_reading = false;
+  slot.req_pkts = slot.bulk_req ? 1 : entry.req->num_pkts();
+  slot.resp_pkts = 0;
+  slot.num_tx = 0;
+  slot.num_rx = 0;
+  slot.progress_ns = now_ns_;
+  if (slot.bulk_req) fill_bulk_ctrl(slot.bulk_ctrl, *entry.req);
+  client_try_send(slot);
+}
+
+void RpcImpl::client_try_send(ClientSlot& slot) {
+  Session& session = *slot.session;
+  for (;;) {
+    size_t next = slot.num_tx;
+    const bool is_req_pkt = next < slot.req_pkts;
+    // RFRs need the response size, learned from response packet 0.
+    if (!is_req_pkt && (slot.resp_pkts == 0 || next >= slot.req_pkts + slot.resp_pkts - 1)) {
+      return;
+    }
+    if (session.credits == 0) {
+      if (!slot.in_stall_queue) {
+        slot.in_stall_queue = true;
+        stall_queue_.push_back(&slot);
+      }
+      return;
+    }
+    session.credits--;
+    slot.num_tx++;
+    slot.progress_ns = now_ns_;
+    if (is_req_pkt) {
+      send_req_pkt(slot, next);
+    } else {
+      send_rfr(slot, next - slot.req_pkts + 1);
+    }
+  }
+}
+
+void RpcImpl::send_req_pkt(ClientSlot& slot, size_t pkt_num) {
+  Session& session = *slot.session;
+  MsgBuffer& req = *slot.req;
+  const auto pkt16 = static_cast<uint16_t>(pkt_num);
+  const auto size = static_cast<uint32_t>(req.size());
+  if (slot.bulk_req) {
+    uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
+    PktHdr::make(PktType::kReq, slot.req_type, size, session.remote_num, 0, slot.req_num, true)
+        .store(hdr);
+    tx_enqueue(hdr, slot.bulk_ctrl.data(), sizeof(BulkCtrl), MsgBufferAccess::lkey(slot.bulk_ctrl),
+               session);
+    return;
+  }
+  uint8_t* hdr = MsgBufferAccess::hdr(req, pkt_num);
+  PktHdr::make(PktType::kReq, slot.req_type, size, session.remote_num, pkt16, slot.req_num)
+      .store(hdr);
+  tx_enqueue(hdr, MsgBufferAccess::pkt_data(req, pkt_num),
+             static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(req, pkt_num)),
+             MsgBufferAccess::lkey(req), session);
+}
+
+void RpcImpl::send_rfr(ClientSlot& slot, size_t resp_pkt_num) {
+  Session& session = *slot.session;
+  tx_ctrl(session, PktHdr::make(PktType::kRfr, slot.req_type, 0, session.remote_num,
+                                static_cast<uint16_t>(resp_pkt_num), slot.req_num));
+}
+
+void RpcImpl::process_stall_queue() {
+  // Slots re-stall themselves if credits run out again; take the list first.
+  std::vector<ClientSlot*> stalled;
+  stalled.swap(stall_queue_);
+  for (ClientSlot* slot : stalled) {
+    slot->in_stall_queue = false;
+    if (slot->active) client_try_send(*slot);
+  }
+  if (stall_queue_.empty()) {
+    stalled.clear();
+    stall_queue_.swap(stalled);  // keep the reserved capacity
+  } else {
+    for (ClientSlot* s : stall_queue_) stalled.push_back(s);
+    stalled.erase(stalled.begin(), stalled.end() - static_cast<ptrdiff_t>(stall_queue_.size()));
+    stall_queue_.swap(stalled);
+  }
+}
+
+// ---------------------------------------------------------------- server
+
+void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* pkt,
+                                 size_t data_len) {
+  ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
+  const uint64_t req_num = hdr.req_num();
+  if (slot.has_req && req_num < slot.req_num) {
+    stats_.drops.stale++;
+    return;
+  }
+  if (!slot.has_req || req_num > slot.req_num) {
+    if (hdr.pkt_num() != 0) {  // the start of a new request was lost
+      stats_.drops.out_of_order++;
+      return;
+    }
+    server_new_req(session, slot, hdr, pkt, data_len);
+    return;
+  }
+  const size_t pkt_num = hdr.pkt_num();
+  const bool last_pkt = pkt_num + 1 == slot.req_pkts;
+  switch (slot.state) {
+    case ServerSlotState::kReceiving:
+      if (pkt_num == slot.req_rx) {
+        std::copy_n(pkt + kPktHeaderBytes, data_len,
+                    slot.req_buf.data() + pkt_num * caps_.max_data_per_pkt);
+        slot.req_rx++;
+        if (last_pkt) {
+          invoke_handler(session, slot, hdr.req_type());
+        } else {
+          tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
+                                        hdr.pkt_num(), req_num));
+        }
+      } else if (pkt_num < slot.req_rx) {  // our credit return was lost
+        stats_.drops.stale++;
+        tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
+                                      hdr.pkt_num(), req_num));
+      } else {
+        stats_.drops.out_of_order++;
+      }
+      return;
+    case ServerSlotState::kResponded:
+      if (last_pkt) {  // the response was lost: answer from the cache
+        stats_.duplicate_requests++;
+        server_send_resp_pkt(session, slot, 0);
+        return;
+      }
+      [[fallthrough]];
+    case ServerSlotState::kBulkReading:
+    case ServerSlotState::kInHandler:
+      if (!last_pkt) {
+        stats_.drops.stale++;
+        tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
+                                      hdr.pkt_num(), req_num));
+      } else {
+        stats_.drops.busy++;  // the response is on its way
+      }
+      return;
+    case ServerSlotState::kIdle:
+      stats_.drops.stale++;
+      return;
+  }
+}
+
+void RpcImpl::release_server_slot(ServerSlot& slot) {
+  if (slot.owns_req_buf) free_msg_buffer(slot.req_buf);
+  slot.owns_req_buf = false;
+  slot.req_buf = MsgBuffer();
+  if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
+  slot.resp = nullptr;
+}
+
+void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
+                             size_t data_len) {
+  if (slot.state == ServerSlotState::kInHandler || slot.state == ServerSlotState::kBulkReading ||
+      slot.state == ServerSlotState::kReceiving) {
+    // The client moved on, so it has given up on the previous request of
+    // this slot; only possible while a handler still holds it (deferred).
+    if (slot.state == ServerSlotState::kInHandler) {
+      stats_.drops.busy++;
+      return;
+    }
+  }
+  release_server_slot(slot);
+  slot.has_req = true;
+  slot.req_num = hdr.req_num();
+  slot.req_rx = 0;
+  const uint32_t msg_size = hdr.msg_size();
+  if (hdr.bulk()) {
+    slot.req_pkts = 1;
+    ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
+    server_start_bulk_read(session, slot, pkt + kPktHeaderBytes);
+    return;
+  }
+  slot.req_pkts = std::max<size_t>(1, (msg_size + caps_.max_data_per_pkt - 1) /
+                                          caps_.max_data_per_pkt);
+  const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
+  if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground) {
+    // Zero copy: the handler reads the request straight from the RX ring.
+    slot.req_buf = MsgBufferAccess::make_view(pkt, msg_size, caps_.max_data_per_pkt);
+    slot.req_rx = 1;
+    invoke_handler(session, slot, hdr.req_type());
+    return;
+  }
+  slot.req_buf = alloc_msg_buffer(msg_size);
+  if (!slot.req_buf.valid()) {  // out of memory: drop, the client retries
+    slot.has_req = false;
+    stats_.drops.busy++;
+    return;
+  }
+  slot.owns_req_buf = true;
+  std::copy_n(pkt + kPktHeaderBytes, data_len, slot.req_buf.data());
+  slot.req_rx = 1;
+  if (slot.req_pkts == 1) {
+    invoke_handler(session, slot, hdr.req_type());
+    return;
+  }
+  slot.state = ServerSlotState::kReceiving;
+  tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0,
+                                slot.req_num));
+}
+
+void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_type) {
+  slot.state = ServerSlotState::kInHandler;
+  ReqHandle& handle = slot.handle;
+  ReqHandleAccess::req(handle) = slot.req_buf;
+  ReqHandleAccess::set_req_type(handle, req_type);
+  MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);
+  pre_resp.resize(pre_resp.max_size());
+  const HandlerEntry& entry = (*handlers_)[req_type];
+  session.pending_handlers++;
+  if (!entry.registered) {
+    // Answer with an empty "no handler" response so the client fails fast.
+    slot.status = static_cast<uint8_t>(RespStatus::kNoHandler);
+    pre_resp.resize(0);
+    enqueue_response(handle, pre_resp);
+    return;
+  }
+  slot.status = static_cast<uint8_t>(RespStatus::kOk);
+  stats_.handlers_run++;
+  if (entry.mode == HandlerMode::kBackground) {
+    submit_background(session, slot, entry);
+    return;
+  }
+  ReqHandleAccess::set_background(handle, false);
+  entry.fn(handle);
+}
+
+}  // namespace rpc::detail

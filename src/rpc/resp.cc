@@ -1,0 +1,141 @@
+// Responses: the server sends packet 0 unprompted and the rest on request
+// (RFR), and keeps the response cached until the slot's next request; the
+// client assembles it and completes the request.
+#include <algorithm>
+
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+// ---------------------------------------------------------------- server
+
+void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
+  if (handle.is_background()) {
+    // Called on a background thread: hand it to the Rpc thread.
+    {
+      std::lock_guard lock(bg_mutex_);
+      bg_queue_.push_back(BgResponse{&handle, resp});
+    }
+    bg_pending_.store(true, std::memory_order_release);
+    return;
+  }
+  ServerSlot& slot = *ReqHandleAccess::slot(handle);
+  Session& session = *slot.session;
+  MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);
+  if (&resp == &pre_resp || MsgBufferAccess::raw(resp) == MsgBufferAccess::raw(pre_resp)) {
+    pre_resp = resp;  // pick up a resize done on a copy of the handle
+    slot.resp = &pre_resp;
+  } else {
+    if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
+    slot.dyn_resp = resp;  // the Rpc owns it now
+    slot.resp = &slot.dyn_resp;
+  }
+  // The request buffer is no longer needed; a zero-copy view dies with the
+  // RX burst anyway.
+  if (slot.owns_req_buf) free_msg_buffer(slot.req_buf);
+  slot.owns_req_buf = false;
+  slot.req_buf = MsgBuffer();
+  ReqHandleAccess::req(handle) = MsgBuffer();
+  slot.state = ServerSlotState::kResponded;
+  slot.resp_bulk = use_bulk(slot.resp->size());
+  if (slot.resp_bulk) fill_bulk_ctrl(slot.bulk_ctrl, *slot.resp);
+  finish_pending_handler(session);
+  if (session.zombie) return;  // the client is gone; nothing to send
+  server_send_resp_pkt(session, slot, 0);
+}
+
+void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num) {
+  MsgBuffer& resp = *slot.resp;
+  const auto size = static_cast<uint32_t>(resp.size());
+  const auto status = static_cast<RespStatus>(slot.status);
+  if (slot.resp_bulk) {
+    uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
+    PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0,
+                 slot.req_num, true, status)
+        .store(hdr);
+    tx_enqueue(hdr, slot.bulk_ctrl.data(), sizeof(BulkCtrl), MsgBufferAccess::lkey(slot.bulk_ctrl),
+               session);
+    return;
+  }
+  uint8_t* hdr = MsgBufferAccess::hdr(resp, pkt_num);
+  PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num,
+               static_cast<uint16_t>(pkt_num), slot.req_num, false, status)
+      .store(hdr);
+  tx_enqueue(hdr, MsgBufferAccess::pkt_data(resp, pkt_num),
+             static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(resp, pkt_num)),
+             MsgBufferAccess::lkey(resp), session);
+}
+
+void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
+  ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
+  if (!slot.has_req || slot.req_num != hdr.req_num() ||
+      slot.state != ServerSlotState::kResponded) {
+    stats_.drops.stale++;
+    return;
+  }
+  if (slot.resp_bulk || hdr.pkt_num() == 0 || hdr.pkt_num() >= slot.resp->num_pkts()) {
+    stats_.drops.bad_header++;
+    return;
+  }
+  server_send_resp_pkt(session, slot, hdr.pkt_num());
+}
+
+// ---------------------------------------------------------------- client
+
+void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
+                                  size_t data_len) {
+  ClientSlot* slot_ptr = client_slot_for(session, hdr.req_num());
+  if (slot_ptr == nullptr) return;
+  ClientSlot& slot = *slot_ptr;
+  const size_t pkt_num = hdr.pkt_num();
+  if (!client_accept(slot, slot.req_pkts - 1 + pkt_num)) return;
+  const size_t msg_size = hdr.msg_size();
+  if (pkt_num == 0) {
+    if (hdr.status() == RespStatus::kNoHandler) {
+      client_complete(slot, Errc::kNoHandler, 0);
+      return;
+    }
+    if (msg_size > slot.resp->max_size()) {
+      client_complete(slot, Errc::kRespBufferTooSmall, 0);
+      return;
+    }
+    slot.resp->resize(msg_size);
+    if (hdr.bulk()) {
+      slot.resp_pkts = 1;
+      client_start_bulk_read(session, slot, data);
+      return;
+    }
+    slot.resp_pkts = slot.resp->num_pkts();
+  } else if (msg_size != slot.resp->size()) {
+    stats_.drops.bad_header++;
+    return;
+  }
+  std::copy_n(data, data_len, slot.resp->data() + pkt_num * caps_.max_data_per_pkt);
+  if (slot.num_rx == slot.req_pkts + slot.resp_pkts - 1) {
+    client_complete(slot, Errc::kOk, msg_size);
+    return;
+  }
+  client_try_send(slot);
+}
+
+void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
+  Session& session = *slot.session;
+  // Packets still in flight for this request come back as stale; their
+  // credits are returned now.
+  session.credits += slot.num_tx - slot.num_rx;
+  slot.active = false;
+  slot.bulk_resp_reading = false;
+  if (errc != Errc::kOk) slot.resp->resize(0);
+  const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag};
+  const Continuation cont = slot.cont;
+  session.stats.requests_completed++;
+  stats_.requests_completed++;
+  if (!session.backlog.empty() && session.is_connected()) {
+    const BacklogEntry next = session.backlog.front();
+    session.backlog.pop_front();
+    start_request(slot, next);
+  }
+  cont(owner_, completion);
+}
+
+}  // namespace rpc::detail

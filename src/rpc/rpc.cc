@@ -1,0 +1,130 @@
+// Rpc construction and destruction, buffers, and the public API forwarding
+// to RpcImpl.
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "nexus/nexus_impl.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc {
+
+Rpc::Rpc(Nexus& nexus, const RpcConfig& config)
+    : impl_(std::make_unique<detail::RpcImpl>(*this, nexus.impl(), config)) {}
+Rpc::~Rpc() = default;
+
+Result<SessionNum> Rpc::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
+  return impl_->create_session(remote_uri, remote_rpc_id);
+}
+Result<bool> Rpc::destroy_session(SessionNum sn) { return impl_->destroy_session(sn); }
+bool Rpc::is_connected(SessionNum sn) const { return impl_->is_connected(sn); }
+const SessionStats* Rpc::session_stats(SessionNum sn) const { return impl_->session_stats(sn); }
+size_t Rpc::num_active_sessions() const { return impl_->num_active_sessions(); }
+MsgBuffer Rpc::alloc_msg_buffer(size_t max_size) noexcept {
+  return impl_->alloc_msg_buffer(max_size);
+}
+void Rpc::free_msg_buffer(MsgBuffer& buf) noexcept { impl_->free_msg_buffer(buf); }
+Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                          Continuation cont, void* tag) noexcept {
+  return impl_->enqueue_request(sn, req_type, req, resp, cont, tag);
+}
+void Rpc::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
+  impl_->enqueue_response(handle, resp);
+}
+void Rpc::run_event_loop(std::chrono::microseconds duration) noexcept {
+  impl_->run_event_loop(duration);
+}
+void Rpc::run_event_loop_once() noexcept { impl_->run_event_loop_once(); }
+RpcId Rpc::rpc_id() const { return impl_->rpc_id(); }
+const RpcStats& Rpc::stats() const { return impl_->stats(); }
+size_t Rpc::max_msg_size() const { return impl_->max_msg_size(); }
+size_t Rpc::max_data_per_pkt() const { return impl_->max_data_per_pkt(); }
+const std::string& Rpc::transport_name() const { return impl_->transport_name(); }
+
+namespace detail {
+
+RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
+    : owner_(owner), nexus_(nexus), config_(config) {
+  if (config.rpc_id == kInvalidRpcId) throw Error("Rpc: rpc_id 255 is reserved");
+  if (config.rto_us == 0) throw Error("Rpc: rto_us must be positive");
+  if (config.drop_tx_fraction < 0.0 || config.drop_tx_fraction > 1.0) {
+    throw Error("Rpc: drop_tx_fraction must be within [0, 1]");
+  }
+  if (config.max_sessions == 0 || config.max_sessions > kInvalidSessionNum) {
+    throw Error(fmt::format("Rpc: max_sessions must be within [1, {}]", kInvalidSessionNum));
+  }
+  auto transport = make_transport(config, nexus.addr().ip_string());
+  if (!transport) throw Error("Rpc: " + transport.error());
+  transport_ = std::move(*transport);
+  transport_name_ = transport_->name();
+  transport_kind_ = transport_kind_from_name(transport_->name());
+  caps_ = transport_->caps();
+  if (caps_.rx_ring_size < kSessionCredits) {
+    throw Error(fmt::format("Rpc: rx_ring_size {} is below one session's credits ({})",
+                            caps_.rx_ring_size, kSessionCredits));
+  }
+  transport_->fill_local_routing_info(local_route_);
+  max_msg_size_ = max_msg_size_for(caps_.max_data_per_pkt);
+  rto_ns_ = config.rto_us * 1000;
+  drop_enabled_ = config.drop_tx_fraction > 0.0;
+  drop_threshold_ = static_cast<uint64_t>(config.drop_tx_fraction * 18446744073709551615.0);
+  rng_state_ ^= (static_cast<uint64_t>(config.rpc_id) << 32) ^ now_ns();
+  Transport* t = transport_.get();
+  allocator_ = std::make_unique<Allocator>(
+      [t](void* addr, size_t len) { return t->register_memory(addr, len); },
+      [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0);
+  handlers_ = &nexus.freeze_handlers();
+  stall_queue_.reserve(64);
+  auto registered = nexus_.register_rpc(config.rpc_id, this);
+  if (!registered) throw Error("Rpc: " + registered.error());
+  now_ns_ = now_ns();
+  last_loss_scan_ns_ = now_ns_;
+}
+
+RpcImpl::~RpcImpl() {
+  // No more SM deliveries once unregistered.
+  nexus_.unregister_rpc(config_.rpc_id);
+  // Background handlers hold pointers into our sessions.
+  while (bg_inflight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  for (auto& s : sessions_) {
+    if (s == nullptr) continue;
+    if (s->is_client()) {
+      fail_client_requests(*s, Errc::kSessionDestroyed);
+      if (s->is_connected()) send_disconnect(*s);
+    }
+  }
+  for (auto& s : sessions_) {
+    if (s != nullptr) free_session(*s);
+  }
+  tx_flush();
+}
+
+MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {
+  if (max_size > max_msg_size_) return MsgBuffer();
+  const size_t bytes = MsgBufferAccess::alloc_bytes(max_size, caps_.max_data_per_pkt);
+  const Allocation a = allocator_->alloc(bytes);
+  if (a.buf == nullptr) return MsgBuffer();
+  return MsgBufferAccess::make(a, max_size, caps_.max_data_per_pkt);
+}
+
+void RpcImpl::free_msg_buffer(MsgBuffer& buf) noexcept {
+  if (!buf.valid() || MsgBufferAccess::region(buf) == nullptr) return;
+  allocator_->free(MsgBufferAccess::allocation_of(buf));
+  MsgBufferAccess::invalidate(buf);
+}
+
+bool RpcImpl::is_connected(SessionNum sn) const {
+  return sn < sessions_.size() && sessions_[sn] != nullptr && sessions_[sn]->is_connected();
+}
+
+const SessionStats* RpcImpl::session_stats(SessionNum sn) const {
+  if (sn >= sessions_.size() || sessions_[sn] == nullptr) return nullptr;
+  return &sessions_[sn]->stats;
+}
+
+size_t RpcImpl::num_active_sessions() const { return num_sessions_; }
+
+}  // namespace detail
+}  // namespace rpc

@@ -1,0 +1,202 @@
+// The per-thread engine. Its implementation is split by protocol concern,
+// as in eRPC: ev_loop.cc (the loop), tx.cc (TX batching and fault
+// injection), req.cc (client requests, server request packets), resp.cc
+// (server responses, client response packets), rx.cc (receive, validate,
+// dispatch, credit returns), bulk.cc (large messages by one-sided read),
+// pkt_loss.cc (RTO and go-back-N), sm.cc (connect / disconnect), bg.cc
+// (background handler handoff), rpc.cc (construction, buffers, public API).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/allocator.h"
+#include "rpc/rpc.h"
+#include "session/session.h"
+#include "transport/transport.h"
+#include "wire/pkt_hdr.h"
+#include "wire/sm_msg.h"
+
+namespace rpc::detail {
+
+class NexusImpl;
+struct HandlerEntry;
+
+struct ReqHandleAccess {
+  static void init(ReqHandle& h, Rpc* rpc, void* context, ServerSlot* slot) {
+    h.rpc_ = rpc;
+    h.context_ = context;
+    h.slot_ = slot;
+  }
+  static ServerSlot* slot(ReqHandle& h) { return h.slot_; }
+  static MsgBuffer& req(ReqHandle& h) { return h.req_; }
+  static MsgBuffer& pre_resp(ReqHandle& h) { return h.pre_resp_; }
+  static void set_req_type(ReqHandle& h, ReqType t) { h.req_type_ = t; }
+  static void set_background(ReqHandle& h, bool bg) { h.is_background_ = bg; }
+};
+
+// A session-management message delivered by the Nexus to this Rpc.
+struct SmDelivery {
+  SmMsg msg;
+  NetAddr from;
+};
+
+// A response produced on a background thread, applied on the Rpc thread.
+struct BgResponse {
+  ReqHandle* handle;
+  MsgBuffer resp;
+};
+
+class RpcImpl {
+ public:
+  RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config);
+  ~RpcImpl();
+
+  // --- public API (rpc.cc, sm.cc, req.cc, resp.cc, ev_loop.cc) ---
+  Result<SessionNum> create_session(const std::string& remote_uri, RpcId remote_rpc_id);
+  Result<bool> destroy_session(SessionNum sn);
+  bool is_connected(SessionNum sn) const;
+  const SessionStats* session_stats(SessionNum sn) const;
+  size_t num_active_sessions() const;
+  MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
+  void free_msg_buffer(MsgBuffer& buf) noexcept;
+  Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                       Continuation cont, void* tag) noexcept;
+  void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
+  void run_event_loop(std::chrono::microseconds duration) noexcept;
+  void run_event_loop_once() noexcept;
+
+  RpcId rpc_id() const { return config_.rpc_id; }
+  const RpcStats& stats() const { return stats_; }
+  size_t max_msg_size() const { return max_msg_size_; }
+  size_t max_data_per_pkt() const { return caps_.max_data_per_pkt; }
+  const std::string& transport_name() const { return transport_name_; }
+  Transport& transport() { return *transport_; }
+
+  // --- called by the Nexus, from its threads ---
+  void sm_deliver(const SmMsg& msg, const NetAddr& from);
+  void bg_handler_done() { bg_inflight_.fetch_sub(1, std::memory_order_acq_rel); }
+
+ private:
+  // ev_loop.cc
+  void poll_sm_queue();
+  // tx.cc
+  void tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
+                  Session& session);
+  uint8_t* ctrl_hdr_slot();
+  void tx_ctrl(Session& session, const PktHdr& hdr);
+  void tx_flush();
+  bool inject_drop();
+  // req.cc (client)
+  void start_request(ClientSlot& slot, const BacklogEntry& entry);
+  void client_try_send(ClientSlot& slot);
+  void send_req_pkt(ClientSlot& slot, size_t pkt_num);
+  void send_rfr(ClientSlot& slot, size_t resp_pkt_num);
+  void process_stall_queue();
+  // req.cc (server)
+  void server_process_req(Session& session, const PktHdr& hdr, uint8_t* pkt, size_t data_len);
+  void server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
+                      size_t data_len);
+  void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
+  void release_server_slot(ServerSlot& slot);
+  // resp.cc
+  void server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num);
+  void server_process_rfr(Session& session, const PktHdr& hdr);
+  void client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
+                           size_t data_len);
+  void client_complete(ClientSlot& slot, Errc errc, size_t resp_size);
+  // rx.cc
+  void process_rx();
+  void process_pkt(const RxPacket& pkt);
+  bool header_sane(const PktHdr& hdr, size_t data_len);
+  void client_process_cr(Session& session, const PktHdr& hdr);
+  bool client_accept(ClientSlot& slot, size_t rx_index);
+  ClientSlot* client_slot_for(Session& session, uint64_t req_num);
+  // bulk.cc
+  bool use_bulk(size_t msg_size) const { return caps_.bulk && msg_size > config_.bulk_threshold_bytes; }
+  void fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload);
+  void server_start_bulk_read(Session& session, ServerSlot& slot, const uint8_t* ctrl_data);
+  void client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data);
+  void poll_bulk();
+  // pkt_loss.cc
+  void scan_for_loss();
+  void rollback(ClientSlot& slot);
+  // sm.cc
+  void handle_sm(const SmDelivery& d);
+  void handle_connect_req(const SmDelivery& d);
+  void handle_connect_resp(const SmDelivery& d);
+  void handle_disconnect_req(const SmDelivery& d);
+  void handle_disconnect_resp(const SmDelivery& d);
+  void send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn);
+  void send_disconnect(Session& session);
+  Session* alloc_session(SessionRole role);
+  void free_session(Session& session);
+  void fail_client_requests(Session& session, Errc errc);
+  void notify(SessionNum sn, SessionEvent event, SmErr err);
+  size_t ring_room_sessions() const;
+  // bg.cc
+  void submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry);
+  void poll_bg_responses();
+  void finish_pending_handler(Session& session);
+
+  friend struct RpcImplTestAccess;
+
+  Rpc& owner_;
+  NexusImpl& nexus_;
+  RpcConfig config_;
+  std::string transport_name_;
+  std::unique_ptr<Transport> transport_;
+  TransportCaps caps_;
+  TransportKind transport_kind_;
+  RoutingInfo local_route_;
+  std::unique_ptr<Allocator> allocator_;
+  const std::array<HandlerEntry, 256>* handlers_;
+  size_t max_msg_size_ = 0;
+  RpcStats stats_;
+  uint64_t now_ns_ = 0;
+  uint64_t rto_ns_ = 0;
+  uint64_t last_loss_scan_ns_ = 0;
+
+  std::vector<std::unique_ptr<Session>> sessions_;  // index = SessionNum
+  std::vector<SessionNum> free_session_nums_;
+  size_t num_sessions_ = 0;
+  std::unordered_map<uint64_t, SessionNum> server_sessions_by_token_;
+
+  // TX batch: items point into MsgBuffers or into ctrl_hdrs_.
+  static constexpr size_t kTxBatch = 32;
+  std::array<TxItem, kTxBatch> tx_batch_{};
+  size_t tx_batch_size_ = 0;
+  std::array<std::array<uint8_t, kPktHeaderBytes>, kTxBatch> ctrl_hdrs_{};
+  size_t ctrl_hdr_next_ = 0;
+
+  // RX burst.
+  static constexpr size_t kRxBatch = 32;
+  std::array<RxPacket, kRxBatch> rx_batch_{};
+
+  // Client slots waiting for credits.
+  std::vector<ClientSlot*> stall_queue_;
+
+  // Fault injection.
+  bool drop_enabled_ = false;
+  uint64_t drop_threshold_ = 0;
+  uint64_t rng_state_ = 0x9E3779B97F4A7C15ull;
+
+  // Session-management deliveries from the Nexus thread.
+  std::mutex sm_mutex_;
+  std::vector<SmDelivery> sm_queue_;
+  std::vector<SmDelivery> sm_local_;
+  std::atomic<bool> sm_pending_{false};
+
+  // Background handler responses.
+  std::mutex bg_mutex_;
+  std::vector<BgResponse> bg_queue_;
+  std::vector<BgResponse> bg_local_;
+  std::atomic<bool> bg_pending_{false};
+  std::atomic<size_t> bg_inflight_{0};
+};
+
+}  // namespace rpc::detail

@@ -1,0 +1,121 @@
+// Receive: one burst from the transport, each packet validated (never
+// trusted), dispatched by session role and packet type; credit returns.
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+void RpcImpl::process_rx() {
+  const size_t n = transport_->rx_burst(rx_batch_);
+  if (n == 0) return;
+  for (size_t i = 0; i < n; i++) process_pkt(rx_batch_[i]);
+  // Handlers ran on zero-copy views of these buffers; they are done now.
+  transport_->post_recvs(n);
+}
+
+bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
+  const size_t dpp = caps_.max_data_per_pkt;
+  const size_t msg_size = hdr.msg_size();
+  switch (hdr.pkt_type()) {
+    case PktType::kRfr:
+    case PktType::kExplCr:
+      return data_len == 0;
+    case PktType::kReq:
+    case PktType::kResp: {
+      if (hdr.bulk()) return data_len == sizeof(BulkCtrl) && hdr.pkt_num() == 0;
+      if (msg_size > max_msg_size_) return false;
+      const size_t num_pkts = msg_size == 0 ? 1 : (msg_size + dpp - 1) / dpp;
+      const size_t pkt_num = hdr.pkt_num();
+      if (pkt_num >= num_pkts) return false;
+      const size_t expected = pkt_num + 1 < num_pkts ? dpp : msg_size - pkt_num * dpp;
+      return data_len == expected;
+    }
+  }
+  return false;
+}
+
+void RpcImpl::process_pkt(const RxPacket& pkt) {
+  stats_.rx_pkts++;
+  if (pkt.len < kPktHeaderBytes) {
+    stats_.drops.too_short++;
+    return;
+  }
+  const PktHdr hdr = PktHdr::load(pkt.buf);
+  if (!hdr.magic_ok()) {
+    stats_.drops.bad_magic++;
+    return;
+  }
+  const size_t data_len = pkt.len - kPktHeaderBytes;
+  if (!header_sane(hdr, data_len)) {
+    stats_.drops.bad_header++;
+    return;
+  }
+  const SessionNum sn = hdr.dest_session_num();
+  if (sn >= sessions_.size() || sessions_[sn] == nullptr || !sessions_[sn]->is_connected() ||
+      sessions_[sn]->zombie) {
+    stats_.drops.unknown_session++;
+    return;
+  }
+  Session& session = *sessions_[sn];
+  if (pkt.src_key != session.remote_src_key) {
+    stats_.drops.wrong_source++;
+    return;
+  }
+  session.stats.rx_pkts++;
+  const PktType type = hdr.pkt_type();
+  if (session.is_client()) {
+    if (type == PktType::kResp) {
+      client_process_resp(session, hdr, pkt.buf + kPktHeaderBytes, data_len);
+    } else if (type == PktType::kExplCr) {
+      client_process_cr(session, hdr);
+    } else {
+      stats_.drops.bad_header++;
+    }
+    return;
+  }
+  if (type == PktType::kReq) {
+    server_process_req(session, hdr, pkt.buf, data_len);
+  } else if (type == PktType::kRfr) {
+    server_process_rfr(session, hdr);
+  } else {
+    stats_.drops.bad_header++;
+  }
+}
+
+ClientSlot* RpcImpl::client_slot_for(Session& session, uint64_t req_num) {
+  ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];
+  if (!slot.active || slot.req_num != req_num) {
+    stats_.drops.stale++;
+    return nullptr;
+  }
+  return &slot;
+}
+
+// Go-back-N: only the next expected packet is accepted. Each accepted
+// packet answers one sent packet and returns its credit.
+bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
+  if (slot.bulk_resp_reading || rx_index < slot.num_rx) {
+    stats_.drops.stale++;
+    return false;
+  }
+  if (rx_index > slot.num_rx || rx_index >= slot.num_tx) {
+    stats_.drops.out_of_order++;
+    return false;
+  }
+  slot.num_rx++;
+  slot.session->credits++;
+  slot.progress_ns = now_ns_;
+  return true;
+}
+
+void RpcImpl::client_process_cr(Session& session, const PktHdr& hdr) {
+  ClientSlot* slot = client_slot_for(session, hdr.req_num());
+  if (slot == nullptr) return;
+  if (size_t{hdr.pkt_num()} + 1 >= slot->req_pkts) {  // only non-final request packets get one
+    stats_.drops.bad_header++;
+    return;
+  }
+  if (!client_accept(*slot, hdr.pkt_num())) return;
+  client_try_send(*slot);
+}
+
+}  // namespace rpc::detail

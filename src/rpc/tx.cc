@@ -1,0 +1,48 @@
+// TX batching (one transport call per burst) and TX fault injection.
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+bool RpcImpl::inject_drop() {
+  // xorshift64*: cheap, and deterministic per Rpc for a given seed.
+  rng_state_ ^= rng_state_ >> 12;
+  rng_state_ ^= rng_state_ << 25;
+  rng_state_ ^= rng_state_ >> 27;
+  return rng_state_ * 2685821657736338717ull < drop_threshold_;
+}
+
+void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len,
+                         uint32_t lkey, Session& session) {
+  session.stats.tx_pkts++;
+  stats_.tx_pkts++;
+  if (drop_enabled_ && inject_drop()) {
+    stats_.tx_dropped_injected++;
+    return;
+  }
+  tx_batch_[tx_batch_size_++] = TxItem{&session.remote_route, hdr, data, data_len, lkey};
+  if (tx_batch_size_ == kTxBatch) tx_flush();
+}
+
+uint8_t* RpcImpl::ctrl_hdr_slot() {
+  // One header buffer per batch entry: a slot is reused only after the
+  // batch that used it was flushed.
+  if (ctrl_hdr_next_ == kTxBatch) tx_flush();
+  return ctrl_hdrs_[ctrl_hdr_next_++].data();
+}
+
+void RpcImpl::tx_ctrl(Session& session, const PktHdr& hdr) {
+  uint8_t* slot = ctrl_hdr_slot();
+  hdr.store(slot);
+  tx_enqueue(slot, nullptr, 0, 0, session);
+}
+
+void RpcImpl::tx_flush() {
+  if (tx_batch_size_ > 0) {
+    transport_->tx_burst({tx_batch_.data(), tx_batch_size_});
+    transport_->tx_flush();
+  }
+  tx_batch_size_ = 0;
+  ctrl_hdr_next_ = 0;
+}
+
+}  // namespace rpc::detail

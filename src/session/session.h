@@ -1,0 +1,131 @@
+// Session state: the client and server ends of a connection between two
+// Rpcs, their request slots (sslots), credits and backlog. Pure data; the
+// protocol logic lives in src/rpc/.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+
+#include "common/net_addr.h"
+#include "rpc/msg_buffer.h"
+#include "rpc/req_handle.h"
+#include "rpc/rpc.h"
+#include "rpc/stats.h"
+#include "transport/transport.h"
+
+namespace rpc::detail {
+
+// Requests in flight per session; request i of a slot uses req_num
+// slot_index + i * kSessionReqWindow, so the server finds the slot by
+// req_num % kSessionReqWindow.
+inline constexpr size_t kSessionReqWindow = 8;
+// Packets a client may have in flight per session; each session reserves
+// this many RX ring entries at both ends.
+inline constexpr size_t kSessionCredits = 32;
+static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
+static_assert(kSessionCredits >= kSessionReqWindow, "each slot needs at least one credit");
+
+enum class SessionRole : uint8_t { kClient, kServer };
+
+enum class SessionState : uint8_t {
+  kConnectInProgress,
+  kConnected,
+  kDisconnectInProgress,
+};
+
+struct Session;
+
+// Client end of one request slot.
+struct ClientSlot {
+  Session* session = nullptr;
+  uint8_t index = 0;
+  bool active = false;
+  bool in_stall_queue = false;
+  bool bulk_req = false;          // request sent as a bulk control packet
+  bool bulk_resp_reading = false;  // response being pulled with a one-sided read
+  ReqType req_type = 0;
+  uint64_t req_num = 0;       // of the active (or last) request
+  uint64_t next_req_num = 0;  // for the next request in this slot
+  MsgBuffer* req = nullptr;
+  MsgBuffer* resp = nullptr;
+  Continuation cont = nullptr;
+  void* tag = nullptr;
+  // eRPC's packet accounting: tx index k and rx index k pair up. Request
+  // packet k (k < req_pkts - 1) is answered by a credit return, the last
+  // request packet by response packet 0, and RFR k by response packet
+  // k - req_pkts + 1. Total wire packets: req_pkts + resp_pkts - 1.
+  size_t req_pkts = 0;
+  size_t resp_pkts = 0;  // 0 until response packet 0 arrives
+  size_t num_tx = 0;
+  size_t num_rx = 0;
+  uint64_t progress_ns = 0;  // last send or accepted receive, for the RTO
+  MsgBuffer bulk_ctrl;       // 16-byte control payload (bulk transports)
+};
+
+enum class ServerSlotState : uint8_t {
+  kIdle,         // no request yet
+  kReceiving,    // multi-packet request arriving
+  kBulkReading,  // pulling the request with a one-sided read
+  kInHandler,    // handler running or response deferred
+  kResponded,    // response cached until the slot's next request
+};
+
+struct BulkCtrl {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t len;
+};
+static_assert(sizeof(BulkCtrl) == 16);
+
+// Server end of one request slot. Holds the ReqHandle given to handlers.
+struct ServerSlot {
+  Session* session = nullptr;
+  ServerSlotState state = ServerSlotState::kIdle;
+  bool has_req = false;
+  bool owns_req_buf = false;
+  uint64_t req_num = 0;
+  size_t req_pkts = 0;
+  size_t req_rx = 0;       // request packets received in order
+  MsgBuffer req_buf;       // assembled request (owned when owns_req_buf)
+  MsgBuffer* resp = nullptr;  // response being served: &handle.pre_resp_ or &dyn_resp
+  MsgBuffer dyn_resp;      // a handler-allocated response, freed with the next request
+  MsgBuffer bulk_ctrl;     // 16-byte control payload (bulk transports)
+  bool resp_bulk = false;
+  ReqHandle handle;
+  uint8_t status = 0;      // RespStatus of the cached response
+};
+
+struct BacklogEntry {
+  ReqType req_type;
+  MsgBuffer* req;
+  MsgBuffer* resp;
+  Continuation cont;
+  void* tag;
+};
+
+struct Session {
+  SessionRole role = SessionRole::kClient;
+  SessionState state = SessionState::kConnectInProgress;
+  SessionNum local_num = kInvalidSessionNum;
+  SessionNum remote_num = kInvalidSessionNum;
+  RpcId remote_rpc_id = 0;
+  NetAddr remote_nexus;       // session-management address of the peer
+  RoutingInfo remote_route;   // resolved
+  uint64_t remote_src_key = 0;
+  uint64_t sm_token = 0;      // of the connect request that created the session
+  bool destroy_requested = false;  // destroyed while the connect was in flight
+  size_t credits = kSessionCredits;
+  std::array<ClientSlot, kSessionReqWindow> cslots;
+  std::array<ServerSlot, kSessionReqWindow> sslots;
+  std::deque<BacklogEntry> backlog;  // allocates only when the window is full
+  size_t pending_handlers = 0;       // server: handlers not yet responded
+  bool zombie = false;  // server: disconnected, freed when pending_handlers hits 0
+  SessionStats stats;
+
+  bool is_client() const { return role == SessionRole::kClient; }
+  bool is_connected() const { return state == SessionState::kConnected; }
+};
+
+}  // namespace rpc::detail

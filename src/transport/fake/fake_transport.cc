@@ -1,0 +1,295 @@
+// The in-process `fake` transport. See fake_transport.h for the contract.
+#include "transport/fake/fake_transport.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "rpc/msg_buffer.h"
+
+namespace rpc::detail {
+namespace {
+
+// "FAKE" in ASCII: marks routing info filled by this transport, so info from
+// another transport (or garbage) is rejected instead of misrouted.
+constexpr uint32_t kRoutingMagic = 0x46414B45;
+constexpr size_t kRoutingEndpointOffset = 0;
+constexpr size_t kRoutingMagicOffset = 4;
+static_assert(kRoutingMagicOffset + sizeof(uint32_t) <= RoutingInfo::kMaxBytes);
+
+// Smallest MTU worth testing with: a header plus a useful amount of data.
+constexpr size_t kMinMtuBytes = kPktHeaderBytes + 64;
+constexpr size_t kMaxMtuBytes = 65535;
+
+uint32_t read_u32(const RoutingInfo& info, size_t offset) {
+  uint32_t value;
+  std::memcpy(&value, info.bytes.data() + offset, sizeof(value));
+  return value;
+}
+
+void write_u32(RoutingInfo& info, size_t offset, uint32_t value) {
+  std::memcpy(info.bytes.data() + offset, &value, sizeof(value));
+}
+
+// Always-on invariant check: a violated one is a caller bug that would
+// otherwise corrupt the ring silently.
+void fake_check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fake transport invariant violated: %s\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+// --- FakeNetwork ---
+
+FakeNetwork& FakeNetwork::instance() {
+  static FakeNetwork network;
+  return network;
+}
+
+void FakeNetwork::set_filter(Filter filter) {
+  std::lock_guard lock(mutex_);
+  filter_ = std::move(filter);
+}
+
+void FakeNetwork::reset() {
+  std::lock_guard lock(mutex_);
+  // Inboxes and regions belong to live transports; only test scripting goes.
+  filter_ = nullptr;
+  capture_ = false;
+  captured_.clear();
+  held_.clear();
+}
+
+void FakeNetwork::set_capture(bool enabled) {
+  std::lock_guard lock(mutex_);
+  capture_ = enabled;
+}
+
+std::vector<FakePacket> FakeNetwork::captured() {
+  std::lock_guard lock(mutex_);
+  return captured_;
+}
+
+void FakeNetwork::clear_captured() {
+  std::lock_guard lock(mutex_);
+  captured_.clear();
+}
+
+size_t FakeNetwork::num_held() {
+  std::lock_guard lock(mutex_);
+  return held_.size();
+}
+
+void FakeNetwork::release_held(bool reverse) {
+  std::lock_guard lock(mutex_);
+  if (reverse) std::reverse(held_.begin(), held_.end());
+  for (FakePacket& packet : held_) deliver_locked(std::move(packet));
+  held_.clear();
+}
+
+uint32_t FakeNetwork::attach() {
+  std::lock_guard lock(mutex_);
+  // Endpoint 0 means "no endpoint" in routing info, so skip it on wrap.
+  if (next_endpoint_ == 0) next_endpoint_ = 1;
+  const uint32_t endpoint = next_endpoint_++;
+  inboxes_[endpoint];
+  return endpoint;
+}
+
+void FakeNetwork::detach(uint32_t endpoint) {
+  std::lock_guard lock(mutex_);
+  inboxes_.erase(endpoint);
+}
+
+void FakeNetwork::send(FakePacket packet) {
+  std::lock_guard lock(mutex_);
+  if (capture_) captured_.push_back(packet);
+  const FakeVerdict verdict = filter_ ? filter_(packet) : FakeVerdict::kDeliver;
+  switch (verdict) {
+    case FakeVerdict::kDeliver:
+      deliver_locked(std::move(packet));
+      break;
+    case FakeVerdict::kDrop:
+      break;
+    case FakeVerdict::kHold:
+      held_.push_back(std::move(packet));
+      break;
+    case FakeVerdict::kDuplicate:
+      deliver_locked(packet);
+      deliver_locked(std::move(packet));
+      break;
+  }
+}
+
+size_t FakeNetwork::receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out) {
+  std::lock_guard lock(mutex_);
+  out.clear();
+  auto it = inboxes_.find(endpoint);
+  if (it == inboxes_.end()) return 0;
+  std::deque<FakePacket>& inbox = it->second;
+  while (out.size() < max && !inbox.empty()) {
+    out.push_back(std::move(inbox.front()));
+    inbox.pop_front();
+  }
+  return out.size();
+}
+
+uint32_t FakeNetwork::register_region(uint8_t* base, size_t len) {
+  std::lock_guard lock(mutex_);
+  // rkey 0 is never handed out, so a zeroed MemReg cannot alias a region.
+  if (next_rkey_ == 0) next_rkey_ = 1;
+  const uint32_t rkey = next_rkey_++;
+  regions_[rkey] = Region{base, len};
+  return rkey;
+}
+
+void FakeNetwork::deregister_region(uint32_t rkey) {
+  std::lock_guard lock(mutex_);
+  regions_.erase(rkey);
+}
+
+bool FakeNetwork::copy_remote(uint32_t rkey, uint64_t remote_addr, uint8_t* local, size_t len,
+                              bool read) {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(rkey);
+  if (it == regions_.end()) return false;
+  const Region& region = it->second;
+  const auto base = reinterpret_cast<uintptr_t>(region.base);
+  // Compare offsets rather than end addresses, so a huge remote_addr or len
+  // cannot wrap around and pass.
+  if (remote_addr < base) return false;
+  const uint64_t offset = remote_addr - base;
+  if (offset > region.len || len > region.len - offset) return false;
+  if (len == 0) return true;
+  uint8_t* remote = region.base + offset;
+  if (read) {
+    std::memmove(local, remote, len);
+  } else {
+    std::memmove(remote, local, len);
+  }
+  return true;
+}
+
+void FakeNetwork::deliver_locked(FakePacket packet) {
+  auto it = inboxes_.find(packet.dst);
+  // Datagram semantics: nobody listening means the packet is lost.
+  if (it == inboxes_.end()) return;
+  it->second.push_back(std::move(packet));
+}
+
+// --- FakeTransport ---
+
+FakeTransport::FakeTransport(const RpcConfig& config) {
+  if (config.mtu_bytes < kMinMtuBytes || config.mtu_bytes > kMaxMtuBytes) {
+    throw Error("fake transport: mtu_bytes " + std::to_string(config.mtu_bytes) + " outside [" +
+                std::to_string(kMinMtuBytes) + ", " + std::to_string(kMaxMtuBytes) + "]");
+  }
+  if (config.rx_ring_size == 0) throw Error("fake transport: rx_ring_size must be nonzero");
+  caps_.max_pkt_bytes = config.mtu_bytes;
+  caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
+  caps_.rx_ring_size = config.rx_ring_size;
+  caps_.max_inline_bytes = 0;
+  caps_.bulk = true;
+  ring_.assign(caps_.rx_ring_size, std::vector<uint8_t>(caps_.max_pkt_bytes));
+  scratch_.reserve(caps_.rx_ring_size);
+  // Attach last: nothing above can throw after we own an endpoint.
+  endpoint_ = FakeNetwork::instance().attach();
+}
+
+FakeTransport::~FakeTransport() { FakeNetwork::instance().detach(endpoint_); }
+
+void FakeTransport::tx_burst(std::span<const TxItem> items) {
+  FakeNetwork& network = FakeNetwork::instance();
+  for (const TxItem& item : items) {
+    FakePacket packet;
+    packet.src = endpoint_;
+    packet.dst = read_u32(*item.route, kRoutingEndpointOffset);
+    packet.bytes.resize(kPktHeaderBytes + item.data_len);
+    std::memcpy(packet.bytes.data(), item.hdr, kPktHeaderBytes);
+    // data may be nullptr when data_len == 0, and memcpy from nullptr is UB.
+    if (item.data_len > 0) {
+      std::memcpy(packet.bytes.data() + kPktHeaderBytes, item.data, item.data_len);
+    }
+    network.send(std::move(packet));
+  }
+}
+
+size_t FakeTransport::rx_burst(std::span<RxPacket> out) {
+  const size_t n = std::min(out.size(), caps_.rx_ring_size - ring_in_use_);
+  if (n == 0) return 0;
+  FakeNetwork::instance().receive(endpoint_, n, scratch_);
+  size_t count = 0;
+  for (const FakePacket& packet : scratch_) {
+    // Larger than a ring buffer: a real NIC would drop it too.
+    if (packet.bytes.size() > caps_.max_pkt_bytes) continue;
+    std::vector<uint8_t>& buf = ring_[ring_head_];
+    std::memcpy(buf.data(), packet.bytes.data(), packet.bytes.size());
+    out[count] = RxPacket{buf.data(), static_cast<uint32_t>(packet.bytes.size()), packet.src};
+    ring_head_ = (ring_head_ + 1) % caps_.rx_ring_size;
+    count++;
+  }
+  scratch_.clear();
+  ring_in_use_ += count;
+  return count;
+}
+
+void FakeTransport::post_recvs(size_t n) {
+  fake_check(n <= ring_in_use_, "post_recvs returns more buffers than are in use");
+  ring_in_use_ -= n;
+}
+
+void FakeTransport::fill_local_routing_info(RoutingInfo& out) const {
+  out.bytes.fill(0);
+  write_u32(out, kRoutingEndpointOffset, endpoint_);
+  write_u32(out, kRoutingMagicOffset, kRoutingMagic);
+}
+
+bool FakeTransport::resolve_remote_routing_info(RoutingInfo& info) {
+  // Already in its resolved form: the endpoint id is the address.
+  return read_u32(info, kRoutingMagicOffset) == kRoutingMagic &&
+         read_u32(info, kRoutingEndpointOffset) != 0;
+}
+
+uint64_t FakeTransport::src_key_of(const RoutingInfo& resolved) const {
+  return read_u32(resolved, kRoutingEndpointOffset);
+}
+
+Result<MemReg> FakeTransport::register_memory(void* addr, size_t len) {
+  const uint32_t rkey = FakeNetwork::instance().register_region(static_cast<uint8_t*>(addr), len);
+  return MemReg{rkey, rkey, nullptr};
+}
+
+void FakeTransport::deregister_memory(const MemReg& reg) {
+  FakeNetwork::instance().deregister_region(reg.rkey);
+}
+
+bool FakeTransport::post_read(const BulkOp& op) {
+  const bool ok =
+      FakeNetwork::instance().copy_remote(op.remote_rkey, op.remote_addr, op.local_addr, op.len,
+                                          /*read=*/true);
+  bulk_done_.push_back(BulkCompletion{op.cookie, ok});
+  return true;
+}
+
+bool FakeTransport::post_write(const BulkOp& op) {
+  const bool ok =
+      FakeNetwork::instance().copy_remote(op.remote_rkey, op.remote_addr, op.local_addr, op.len,
+                                          /*read=*/false);
+  bulk_done_.push_back(BulkCompletion{op.cookie, ok});
+  return true;
+}
+
+size_t FakeTransport::poll_bulk(std::span<BulkCompletion> out) {
+  const size_t count = std::min(out.size(), bulk_done_.size());
+  std::copy_n(bulk_done_.begin(), count, out.begin());
+  bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(count));
+  return count;
+}
+
+}  // namespace rpc::detail

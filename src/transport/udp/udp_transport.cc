@@ -1,0 +1,244 @@
+// The `udp` transport: sendmmsg/recvmmsg over one nonblocking kernel socket.
+#include "transport/udp/udp_transport.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "rpc/msg_buffer.h"
+
+namespace rpc::detail {
+
+namespace {
+
+constexpr size_t kIpv4UdpHeaderBytes = 20 + 8;
+// The smallest datagram worth running the protocol over: a header plus a
+// little data. Anything lower is a misconfiguration, not a tiny link.
+constexpr size_t kMinMtuBytes = kIpv4UdpHeaderBytes + kPktHeaderBytes + 64;
+constexpr size_t kMaxMtuBytes = 65535;
+// 65535 minus the IPv4 and UDP headers: the largest UDP payload over IPv4.
+constexpr size_t kMaxUdpPayloadBytes = 65507;
+// sendmmsg calls that may hit a full socket buffer (EAGAIN/ENOBUFS) in one
+// tx_burst before the rest is dropped. Busy retrying briefly beats dropping,
+// which costs a whole RTO; retrying forever would stall the event loop.
+constexpr int kMaxTxRetries = 64;
+
+// Closes fd and throws; constructors that throw do not run the destructor.
+[[noreturn]] void close_and_throw(int fd, const std::string& what, int errno_value) {
+  if (fd >= 0) ::close(fd);
+  throw Error("udp transport: " + what, errno_value);
+}
+
+sockaddr_in to_sockaddr(const UdpRoutingInfo& info) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = info.ipv4_be;
+  addr.sin_port = info.port_be;
+  return addr;
+}
+
+UdpRoutingInfo udp_info_of(const RoutingInfo& info) {
+  UdpRoutingInfo udp;
+  std::memcpy(&udp, info.bytes.data(), sizeof(udp));
+  return udp;
+}
+
+uint64_t make_src_key(uint32_t ipv4_be, uint16_t port_be) {
+  return (static_cast<uint64_t>(ntohl(ipv4_be)) << 16) | ntohs(port_be);
+}
+
+// Raises a socket buffer limit. The *FORCE variant ignores the sysctl cap
+// (rmem_max/wmem_max) but needs CAP_NET_ADMIN; without it we get what the
+// cap allows, which still works, only with more drops under bursts.
+void set_buffer_bytes(int fd, int force_opt, int opt, size_t bytes) {
+  // The kernel doubles the value for bookkeeping, so stay below INT_MAX / 2.
+  int value = static_cast<int>(std::min<size_t>(bytes, INT_MAX / 2));
+  if (::setsockopt(fd, SOL_SOCKET, force_opt, &value, sizeof(value)) == 0) return;
+  (void)::setsockopt(fd, SOL_SOCKET, opt, &value, sizeof(value));
+}
+
+}  // namespace
+
+UdpTransport::UdpTransport(const RpcConfig& config, const std::string& bind_ip) {
+  if (config.mtu_bytes < kMinMtuBytes || config.mtu_bytes > kMaxMtuBytes) {
+    throw Error("udp transport: mtu_bytes " + std::to_string(config.mtu_bytes) + " outside [" +
+                    std::to_string(kMinMtuBytes) + ", " + std::to_string(kMaxMtuBytes) + "]",
+                EINVAL);
+  }
+  if (config.rx_ring_size == 0) throw Error("udp transport: rx_ring_size is 0", EINVAL);
+
+  caps_.max_pkt_bytes = std::min(config.mtu_bytes - kIpv4UdpHeaderBytes, kMaxUdpPayloadBytes);
+  caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
+  caps_.rx_ring_size = config.rx_ring_size;
+  caps_.max_inline_bytes = 0;
+  caps_.bulk = false;
+
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;  // ephemeral: many Rpcs share one bind_ip
+  if (::inet_pton(AF_INET, bind_ip.c_str(), &addr.sin_addr) != 1) {
+    throw Error("udp transport: invalid IPv4 address '" + bind_ip + "'", EINVAL);
+  }
+
+  fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw Error("udp transport: socket()", errno);
+  if (::bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close_and_throw(fd_, "bind to " + bind_ip, errno);
+  }
+  socklen_t addr_len = sizeof(local_addr_);
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local_addr_), &addr_len) != 0) {
+    close_and_throw(fd_, "getsockname", errno);
+  }
+
+  // Size the kernel buffers like the RX ring so a full ring's worth of
+  // datagrams can wait in the kernel while the engine is busy.
+  const size_t ring_bytes = caps_.rx_ring_size * caps_.max_pkt_bytes;
+  set_buffer_bytes(fd_, SO_RCVBUFFORCE, SO_RCVBUF, ring_bytes);
+  set_buffer_bytes(fd_, SO_SNDBUFFORCE, SO_SNDBUF, ring_bytes);
+
+  try {
+    ring_mem_.resize(ring_bytes);
+    ring_src_.resize(caps_.rx_ring_size);
+  } catch (const std::bad_alloc&) {
+    close_and_throw(fd_, "RX ring of " + std::to_string(ring_bytes) + " bytes", ENOMEM);
+  }
+}
+
+UdpTransport::~UdpTransport() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void UdpTransport::tx_burst(std::span<const TxItem> items) {
+  // Stack arrays keep the datapath allocation-free.
+  std::array<mmsghdr, kMaxBatch> msgs;
+  std::array<std::array<iovec, 2>, kMaxBatch> iovs;
+  std::array<sockaddr_in, kMaxBatch> dsts;
+  int retries = 0;
+
+  for (size_t base = 0; base < items.size(); base += kMaxBatch) {
+    const size_t n = std::min(items.size() - base, kMaxBatch);
+    for (size_t i = 0; i < n; i++) {
+      const TxItem& item = items[base + i];
+      dsts[i] = to_sockaddr(udp_info_of(*item.route));
+      // iovec is shared with readv, hence non-const; sendmmsg only reads.
+      iovs[i][0] = {const_cast<uint8_t*>(item.hdr), kPktHeaderBytes};
+      iovs[i][1] = {const_cast<uint8_t*>(item.data), item.data_len};
+      msgs[i].msg_hdr = {};
+      msgs[i].msg_hdr.msg_name = &dsts[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      msgs[i].msg_hdr.msg_iov = iovs[i].data();
+      msgs[i].msg_hdr.msg_iovlen = item.data_len == 0 ? 1 : 2;
+      msgs[i].msg_len = 0;
+    }
+
+    size_t sent = 0;
+    while (sent < n) {
+      const int r = ::sendmmsg(fd_, &msgs[sent], static_cast<unsigned>(n - sent), 0);
+      if (r > 0) {
+        sent += static_cast<size_t>(r);
+      } else if (r < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
+        // Socket buffer full: spin a little, then drop what is left of the
+        // whole burst (not only this chunk) since the buffer will not drain
+        // faster than we can retry.
+        if (++retries > kMaxTxRetries) return;
+      } else {
+        // An error specific to this datagram (e.g. unreachable destination):
+        // drop it alone so the others still go out.
+        sent++;
+      }
+    }
+  }
+}
+
+size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
+  const size_t ring_size = caps_.rx_ring_size;
+  // Buffers are handed out in ring order, so one recvmmsg fills only the
+  // contiguous free slots up to the wrap; the next call continues at 0.
+  const size_t n =
+      std::min({out.size(), kMaxBatch, ring_size - ring_in_use_, ring_size - ring_head_});
+  if (n == 0) return 0;
+
+  std::array<mmsghdr, kMaxBatch> msgs;
+  std::array<iovec, kMaxBatch> iovs;
+  const size_t pkt_bytes = caps_.max_pkt_bytes;
+  for (size_t i = 0; i < n; i++) {
+    const size_t slot = ring_head_ + i;
+    iovs[i] = {&ring_mem_[slot * pkt_bytes], pkt_bytes};
+    msgs[i].msg_hdr = {};
+    msgs[i].msg_hdr.msg_name = &ring_src_[slot];
+    msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_len = 0;
+  }
+
+  const int r = ::recvmmsg(fd_, msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  if (r <= 0) return 0;  // EAGAIN: nothing pending; other errors: treat as loss
+
+  // A datagram longer than our MTU arrives truncated; its header would lie
+  // about its length, so drop it and close the gap by moving later packets
+  // down. Rare (a misconfigured peer), so the copy does not matter.
+  size_t kept = 0;
+  for (size_t i = 0; i < static_cast<size_t>(r); i++) {
+    if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+    uint8_t* buf = &ring_mem_[(ring_head_ + kept) * pkt_bytes];
+    const sockaddr_in& src_i = ring_src_[ring_head_ + i];
+    if (kept != i) {
+      std::memmove(buf, iovs[i].iov_base, msgs[i].msg_len);
+      ring_src_[ring_head_ + kept] = src_i;
+    }
+    const sockaddr_in& src = ring_src_[ring_head_ + kept];
+    out[kept] = {buf, msgs[i].msg_len, make_src_key(src.sin_addr.s_addr, src.sin_port)};
+    kept++;
+  }
+
+  ring_head_ = (ring_head_ + kept) % ring_size;
+  ring_in_use_ += kept;
+  return kept;
+}
+
+void UdpTransport::post_recvs(size_t n) {
+  if (n > ring_in_use_) {
+    // Returning buffers never handed out would let the ring overwrite
+    // packets the engine still reads.
+    std::fprintf(stderr, "udp transport: post_recvs(%zu) with only %zu in use\n", n, ring_in_use_);
+    std::abort();
+  }
+  ring_in_use_ -= n;
+}
+
+void UdpTransport::fill_local_routing_info(RoutingInfo& out) const {
+  out.bytes.fill(0);
+  const UdpRoutingInfo info{local_addr_.sin_addr.s_addr, local_addr_.sin_port, kUdpRoutingMagic};
+  std::memcpy(out.bytes.data(), &info, sizeof(info));
+}
+
+bool UdpTransport::resolve_remote_routing_info(RoutingInfo& info) {
+  // The wire format is already a ready-to-use address: nothing to rewrite.
+  const UdpRoutingInfo udp = udp_info_of(info);
+  return udp.magic == kUdpRoutingMagic && udp.port_be != 0;
+}
+
+uint64_t UdpTransport::src_key_of(const RoutingInfo& resolved) const {
+  const UdpRoutingInfo udp = udp_info_of(resolved);
+  return make_src_key(udp.ipv4_be, udp.port_be);
+}
+
+Result<MemReg> UdpTransport::register_memory(void*, size_t) {
+  // The kernel copies from user memory on send: nothing to pin or key.
+  return MemReg{};
+}
+
+void UdpTransport::deregister_memory(const MemReg&) {}
+
+uint16_t UdpTransport::local_port() const { return ntohs(local_addr_.sin_port); }
+
+}  // namespace rpc::detail

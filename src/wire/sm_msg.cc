@@ -1,0 +1,167 @@
+// Session-management message codec. Every field is written and read byte by
+// byte at the offset documented in sm_msg.h, so the encoding does not depend
+// on struct layout or host byte order.
+#include "wire/sm_msg.h"
+
+#include <cstring>
+
+namespace rpc::detail {
+
+namespace {
+
+// Field offsets; the table in sm_msg.h is the reference.
+constexpr size_t kOffMagic = 0;
+constexpr size_t kOffVersion = 4;
+constexpr size_t kOffLength = 6;
+constexpr size_t kOffType = 8;
+constexpr size_t kOffErr = 9;
+constexpr size_t kOffTransport = 10;
+constexpr size_t kOffClientRpcId = 11;
+constexpr size_t kOffServerRpcId = 12;
+constexpr size_t kOffRoutingLen = 13;
+constexpr size_t kOffClientSessionNum = 14;
+constexpr size_t kOffServerSessionNum = 16;
+constexpr size_t kOffReserved = 18;
+constexpr size_t kReservedBytes = 6;  // 18..23: a u16 and a u32, both zero
+constexpr size_t kOffToken = 24;
+constexpr size_t kOffRouting = 32;
+
+static_assert(kOffToken + 8 == kSmEnvelopeBytes, "the envelope ends with the token");
+static_assert(kOffReserved + kReservedBytes == kOffToken, "reserved bytes fill 18..23");
+static_assert(kOffRouting + RoutingInfo::kMaxBytes == kSmMsgBytes,
+              "routing info fills the rest of the message");
+static_assert(kSmMsgBytes <= 0xffff, "length must fit its u16 field");
+
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (size_t i = 0; i < 4; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+void put_u64(uint8_t* p, uint64_t v) {
+  for (size_t i = 0; i < 8; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; i++) v |= uint32_t{p[i]} << (8 * i);
+  return v;
+}
+
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; i++) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+bool type_ok(uint8_t type) {
+  return type >= static_cast<uint8_t>(SmMsgType::kConnectReq) &&
+         type <= static_cast<uint8_t>(SmMsgType::kDisconnectResp);
+}
+
+bool fields_ok(const uint8_t* p) {
+  if (p[kOffErr] > static_cast<uint8_t>(SmErr::kInvalidSession)) return false;
+  if (p[kOffTransport] > static_cast<uint8_t>(TransportKind::kFabric)) return false;
+  if (p[kOffRoutingLen] > RoutingInfo::kMaxBytes) return false;
+  for (size_t i = 0; i < kReservedBytes; i++) {
+    if (p[kOffReserved + i] != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TransportKind transport_kind_from_name(const char* name) {
+  if (name == nullptr) return TransportKind::kUnknown;
+  if (std::strcmp(name, "udp") == 0) return TransportKind::kUdp;
+  if (std::strcmp(name, "fake") == 0) return TransportKind::kFake;
+  if (std::strcmp(name, "verbs") == 0) return TransportKind::kVerbs;
+  if (std::strcmp(name, "fabric") == 0) return TransportKind::kFabric;
+  return TransportKind::kUnknown;
+}
+
+size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
+  uint8_t* p = out.data();
+  put_u32(p + kOffMagic, kSmMagic);
+  put_u16(p + kOffVersion, kSmVersion);
+  put_u16(p + kOffLength, static_cast<uint16_t>(kSmMsgBytes));
+  p[kOffType] = static_cast<uint8_t>(msg.type);
+  p[kOffErr] = static_cast<uint8_t>(msg.err);
+  p[kOffTransport] = static_cast<uint8_t>(msg.transport);
+  p[kOffClientRpcId] = msg.client_rpc_id;
+  p[kOffServerRpcId] = msg.server_rpc_id;
+  p[kOffRoutingLen] = msg.routing_len;
+  put_u16(p + kOffClientSessionNum, msg.client_session_num);
+  put_u16(p + kOffServerSessionNum, msg.server_session_num);
+  std::memset(p + kOffReserved, 0, kReservedBytes);
+  put_u64(p + kOffToken, msg.token);
+
+  // Only routing_len bytes are meaningful; the rest go out as zeros so no
+  // stale memory leaks onto the wire. An oversized routing_len is clamped
+  // here and left for the peer's decoder to refuse.
+  const size_t used =
+      msg.routing_len < RoutingInfo::kMaxBytes ? msg.routing_len : RoutingInfo::kMaxBytes;
+  std::memcpy(p + kOffRouting, msg.routing.bytes.data(), used);
+  std::memset(p + kOffRouting + used, 0, RoutingInfo::kMaxBytes - used);
+  return kSmMsgBytes;
+}
+
+SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
+  if (in.size() < kSmEnvelopeBytes) return SmDecodeStatus::kTooShort;
+  const uint8_t* p = in.data();
+  if (get_u32(p + kOffMagic) != kSmMagic) return SmDecodeStatus::kBadMagic;
+
+  if (get_u16(p + kOffVersion) != kSmVersion) {
+    // The magic, version, type and token keep their place in every version:
+    // enough to refuse a request of another version by its token.
+    out.type = static_cast<SmMsgType>(p[kOffType]);
+    out.token = get_u64(p + kOffToken);
+    return SmDecodeStatus::kVersionMismatch;
+  }
+
+  const uint16_t length = get_u16(p + kOffLength);
+  if (length != in.size() || length != kSmMsgBytes) return SmDecodeStatus::kBadLength;
+  if (!type_ok(p[kOffType])) return SmDecodeStatus::kBadType;
+  if (!fields_ok(p)) return SmDecodeStatus::kBadField;
+
+  out.type = static_cast<SmMsgType>(p[kOffType]);
+  out.err = static_cast<SmErr>(p[kOffErr]);
+  out.transport = static_cast<TransportKind>(p[kOffTransport]);
+  out.client_rpc_id = p[kOffClientRpcId];
+  out.server_rpc_id = p[kOffServerRpcId];
+  out.routing_len = p[kOffRoutingLen];
+  out.client_session_num = get_u16(p + kOffClientSessionNum);
+  out.server_session_num = get_u16(p + kOffServerSessionNum);
+  out.token = get_u64(p + kOffToken);
+  // Bytes past routing_len carry no meaning; keep the decoded copy canonical.
+  out.routing = RoutingInfo{};
+  std::memcpy(out.routing.bytes.data(), p + kOffRouting, out.routing_len);
+  return SmDecodeStatus::kOk;
+}
+
+const char* to_string(SmDecodeStatus status) {
+  switch (status) {
+    case SmDecodeStatus::kOk:
+      return "ok";
+    case SmDecodeStatus::kTooShort:
+      return "too_short";
+    case SmDecodeStatus::kBadMagic:
+      return "bad_magic";
+    case SmDecodeStatus::kVersionMismatch:
+      return "version_mismatch";
+    case SmDecodeStatus::kBadLength:
+      return "bad_length";
+    case SmDecodeStatus::kBadType:
+      return "bad_type";
+    case SmDecodeStatus::kBadField:
+      return "bad_field";
+  }
+  return "unknown";
+}
+
+}  // namespace rpc::detail
