@@ -1,7 +1,4 @@
 // Allocator: size classes, chunk carving, registration and thread safety.
-// allocator.h uses MsgBuffer without including rpc/msg_buffer.h.
-#include "rpc/msg_buffer.h"
-
 #include "memory/allocator.h"
 
 #include <atomic>

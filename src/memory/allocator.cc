@@ -1,7 +1,3 @@
-// allocator.h uses MsgBuffer without including rpc/msg_buffer.h, so that
-// header has to come first until allocator.h includes it itself.
-#include "rpc/msg_buffer.h"
-
 #include "memory/allocator.h"
 
 #include <sys/mman.h>
