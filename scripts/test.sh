@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds librpc with warnings as errors and runs the
+# whole test suite (unit, protocol, integration). Usage: bash scripts/test.sh
+# Env: BUILD_DIR (default build), MESON_TEST_ARGS (extra `meson test` args).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+build_dir=${BUILD_DIR:-build}
+if [ ! -f "$build_dir/build.ninja" ]; then
+  meson setup "$build_dir" --werror -Dtests=true
+fi
+ninja -C "$build_dir"
+# --print-errorlogs shows a failing test's output; the summary ends with
+# "Ok: N  Fail: N ..." lines.
+status=0
+meson test -C "$build_dir" --print-errorlogs ${MESON_TEST_ARGS:-} || status=$?
+# One closing line counting Catch2 test cases across the suites.
+python3 scripts/test_summary.py "$build_dir/meson-logs/testlog.json" || status=1
+exit $status
