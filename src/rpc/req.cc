@@ -109,21 +109,15 @@ void RpcImpl::send_rfr(ClientSlot& slot, size_t resp_pkt_num) {
 }
 
 void RpcImpl::process_stall_queue() {
-  // Slots re-stall themselves if credits run out again; take the list first.
-  std::vector<ClientSlot*> stalled;
-  stalled.swap(stall_queue_);
-  for (ClientSlot* slot : stalled) {
+  // A slot that runs out of credits again re-appends itself; handle only the
+  // entries present now (by index: push_back may reallocate).
+  const size_t n = stall_queue_.size();
+  for (size_t i = 0; i < n; i++) {
+    ClientSlot* slot = stall_queue_[i];
     slot->in_stall_queue = false;
     if (slot->active) client_try_send(*slot);
   }
-  if (stall_queue_.empty()) {
-    stalled.clear();
-    stall_queue_.swap(stalled);  // keep the reserved capacity
-  } else {
-    for (ClientSlot* s : stall_queue_) stalled.push_back(s);
-    stalled.erase(stalled.begin(), stalled.end() - static_cast<ptrdiff_t>(stall_queue_.size()));
-    stall_queue_.swap(stalled);
-  }
+  stall_queue_.erase(stall_queue_.begin(), stall_queue_.begin() + static_cast<ptrdiff_t>(n));
 }
 
 // ---------------------------------------------------------------- server
