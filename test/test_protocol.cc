@@ -348,3 +348,13 @@ TEST_CASE("an old request number is dropped as stale") {
   CHECK(g_handler_runs == 9);
   CHECK(f.server->stats().drops.stale == 1);
 }
+
+TEST_CASE("a request enqueued after a long pause outside the event loop is not retransmitted") {
+  FakePair f(256, /*rto_us=*/2000);
+  // Given the app stayed away from the event loop for several RTOs
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Expect the new request not to look lost at once
+  CHECK(f.echo(32, 12).errc == Errc::kOk);
+  CHECK(f.client->stats().retransmissions == 0);
+  CHECK(f.server->stats().duplicate_requests == 0);
+}

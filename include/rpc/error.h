@@ -35,7 +35,14 @@ RPC_EXPORT std::string_view to_string(Errc errc);
 class RPC_EXPORT Error : public std::system_error {
  public:
   explicit Error(const std::string& what, int errno_value = 0)
-      : std::system_error(errno_value, std::generic_category(), what) {}
+      : std::system_error(errno_value, std::generic_category(), what),
+        what_(errno_value == 0 ? what : std::system_error::what()) {}
+  // The context, plus the errno text when there is one (std::system_error
+  // alone would append ": Success" for errno 0).
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
 };
 
 // The error half of a Result: a category-free code plus human context.

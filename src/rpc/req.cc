@@ -2,6 +2,7 @@
 // assembles request packets and runs the handler once per request.
 #include <algorithm>
 
+#include "common/clock.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
 
@@ -19,6 +20,9 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
   if (!req.valid() || !resp.valid() || cont == nullptr) return Errc::kInvalidArgument;
   if (req.size() > max_msg_size_) return Errc::kMsgTooLarge;
 
+  // The app may have been away from the event loop for longer than an RTO:
+  // a stale clock would make the new request look lost at once.
+  now_ns_ = now_ns();
   const BacklogEntry entry{req_type, &req, &resp, cont, tag};
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {
