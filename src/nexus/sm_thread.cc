@@ -54,6 +54,9 @@ struct SmThread::State {
   asio::ip::udp::endpoint rx_from;
   std::unordered_map<uint64_t, Pending> pending;  // by token
   SmThreadStats stats;
+  // Set on the io thread at shutdown: handlers already queued must not
+  // re-arm the timer or the receive, or io.run() would never return.
+  bool stopping = false;
 
   State(NexusImpl& n, uint32_t retry_ms, uint32_t timeout_ms)
       : nexus(n), retry(retry_ms), timeout(timeout_ms) {}
@@ -69,7 +72,7 @@ struct SmThread::State {
   void start_receive() {
     socket.async_receive_from(asio::buffer(rx_buf), rx_from,
                               [this](const asio::error_code& ec, size_t len) {
-                                if (ec == asio::error::operation_aborted) return;
+                                if (stopping || ec == asio::error::operation_aborted) return;
                                 if (!ec) on_datagram(len);
                                 start_receive();
                               });
@@ -78,7 +81,7 @@ struct SmThread::State {
   void start_timer() {
     timer.expires_after(retry);
     timer.async_wait([this](const asio::error_code& ec) {
-      if (ec) return;
+      if (ec || stopping) return;
       on_tick();
       start_timer();
     });
@@ -184,9 +187,11 @@ SmThread::SmThread(NexusImpl& nexus, const NetAddr& addr, uint32_t retry_ms, uin
 
 SmThread::~SmThread() {
   asio::post(state_->io, [this] {
+    state_->stopping = true;
     state_->timer.cancel();
     asio::error_code ec;
     state_->socket.close(ec);
+    state_->io.stop();
   });
   thread_.join();
 }

@@ -1,0 +1,135 @@
+// hello_client: connects to hello_server's Rpc 0, prints its answer, then
+// measures round-trip latency of 32-byte requests, one outstanding at a time.
+//
+//   hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "app_common.h"
+#include "rpc/rpc_all.h"
+
+namespace {
+
+constexpr std::string_view kDefaultServer = "127.0.0.1:31850";
+constexpr std::string_view kDefaultUri = "127.0.0.1:0";  // port 0: ephemeral
+constexpr uint64_t kDefaultCount = 1000;
+constexpr rpc::ReqType kHelloReqType = 1;
+constexpr rpc::RpcId kServerRpcId = 0;
+constexpr size_t kReqBytes = 32;
+// Backstops; a healthy loopback round trip takes tens of microseconds.
+constexpr auto kConnectBackstop = std::chrono::seconds(10);
+constexpr auto kRequestTimeout = std::chrono::seconds(5);
+
+void usage(std::FILE* out) {
+  fmt::print(out,
+             "usage: hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]\n"
+             "  --server  hello_server's address (default {})\n"
+             "  --uri     this client's Nexus address (default {})\n"
+             "  --count   round trips to time (default {})\n",
+             kDefaultServer, kDefaultUri, kDefaultCount);
+}
+
+// Nearest-rank percentile of sorted samples. REQUIRES: !sorted.empty().
+double percentile(const std::vector<double>& sorted, double p) {
+  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+struct Options {
+  std::string server;
+  std::string uri;
+  uint64_t count;
+};
+
+int run(const Options& opt) {
+  // Declared before the Rpc: its destructor runs the continuations of
+  // requests still outstanding, and they write here.
+  app::RequestOutcome outcome;
+  app::SessionWatcher watcher;
+
+  rpc::Nexus nexus(rpc::NexusConfig{.uri = opt.uri});
+  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0, .session_callback = watcher.callback()});
+  auto sn = app::connect_session(rpc, watcher, opt.server, kServerRpcId, kConnectBackstop);
+  if (!sn) {
+    fmt::print(stderr, "hello_client: cannot connect to rpc {} at {}: {}\n", kServerRpcId,
+               opt.server, sn.error());
+    return app::kExitFailure;
+  }
+
+  rpc::MsgBuffer req = rpc.alloc_msg_buffer(kReqBytes);
+  rpc::MsgBuffer resp = rpc.alloc_msg_buffer(rpc.max_data_per_pkt());
+  if (!req.valid() || !resp.valid()) {
+    fmt::print(stderr, "hello_client: cannot allocate message buffers\n");
+    return app::kExitFailure;
+  }
+  std::fill_n(req.data(), req.size(), uint8_t{'x'});
+
+  auto first = app::call(rpc, *sn, kHelloReqType, req, resp, outcome, kRequestTimeout);
+  if (!first) {
+    fmt::print(stderr, "hello_client: request to {} failed: {}\n", opt.server, first.error());
+    return app::kExitFailure;
+  }
+  const std::string_view text(reinterpret_cast<const char*>(resp.data()), *first);
+  fmt::print("hello_client connected to {} from {}; response: \"{}\"\n", opt.server, nexus.uri(),
+             text);
+
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> latencies_us;
+  latencies_us.reserve(opt.count);
+  const auto start = Clock::now();
+  for (uint64_t i = 0; i < opt.count; i++) {
+    const auto t0 = Clock::now();
+    auto r = app::call(rpc, *sn, kHelloReqType, req, resp, outcome, kRequestTimeout);
+    const auto t1 = Clock::now();
+    if (!r) {
+      fmt::print(stderr, "hello_client: request {} of {} failed: {}\n", i + 1, opt.count,
+                 r.error());
+      return app::kExitFailure;
+    }
+    latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+  std::sort(latencies_us.begin(), latencies_us.end());
+  fmt::print(
+      "{}-byte RPC round trip over {}: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us "
+      "({} requests, {:.0f} requests/s)\n",
+      kReqBytes, rpc.transport_name(), percentile(latencies_us, 0.50),
+      percentile(latencies_us, 0.99), latencies_us.back(), opt.count,
+      static_cast<double>(opt.count) / elapsed_s);
+  rpc.free_msg_buffer(req);
+  rpc.free_msg_buffer(resp);
+  return app::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto cl = app::parse_command_line(argc, argv, 1, {"server", "uri", "count"});
+  if (!cl || cl->help || !cl->positional.empty()) {
+    if (!cl) fmt::print(stderr, "hello_client: {}\n", cl.error());
+    usage(cl && cl->help ? stdout : stderr);
+    return cl && cl->help ? app::kExitOk : app::kExitUsage;
+  }
+  auto count = app::parse_uint(cl->get("count", std::to_string(kDefaultCount)), 1, 100'000'000);
+  if (!count) {
+    fmt::print(stderr, "hello_client: --count wants an integer from 1 to 100000000\n");
+    return app::kExitUsage;
+  }
+  const Options opt{cl->get("server", kDefaultServer), cl->get("uri", kDefaultUri), *count};
+
+  app::install_stop_signals();
+  try {
+    return run(opt);
+  } catch (const rpc::Error& e) {
+    fmt::print(stderr, "hello_client: {}\n", e.what());
+    return app::kExitFailure;
+  }
+}
