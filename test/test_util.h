@@ -2,21 +2,25 @@
 // waiting loops with deadlines, and byte patterns to check every byte.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "rpc/rpc_all.h"
 
 namespace rpc::test {
 
-inline constexpr ReqType kEcho = 1;         // foreground echo
-inline constexpr ReqType kEchoBg = 2;       // background echo
-inline constexpr ReqType kEchoDeferred = 3; // responds from a later loop iteration
-inline constexpr ReqType kNested = 4;       // forwards to another server, then responds
+inline constexpr ReqType kEcho = 1;          // foreground echo
+inline constexpr ReqType kEchoBg = 2;        // background echo
+inline constexpr ReqType kEchoDeferred = 3;  // responds from a later loop iteration
+inline constexpr ReqType kNested = 4;        // forwards to another server, then responds
 
 inline uint8_t pattern_byte(size_t i, uint64_t seed) {
   return static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) & 0xff);
@@ -58,15 +62,30 @@ inline bool run_until(Rpc& rpc, const std::function<bool()>& done,
   return true;
 }
 
+// Code a ServerThread runs on its Rpc's thread.
+struct ServerHooks {
+  // Once, right after the Rpc is created and before the constructor of the
+  // ServerThread returns (e.g. to open sessions of its own).
+  std::function<void(Rpc&)> on_start;
+  // After every event-loop iteration (e.g. to send deferred responses).
+  std::function<void(Rpc&)> on_iteration;
+};
+
 // An Rpc on its own thread, running its event loop until destroyed.
 class ServerThread {
  public:
-  ServerThread(Nexus& nexus, RpcConfig config) {
-    thread_ = std::thread([this, &nexus, config] {
+  ServerThread(Nexus& nexus, RpcConfig config, ServerHooks hooks = {}) {
+    thread_ = std::thread([this, &nexus, config, hooks = std::move(hooks)] {
       Rpc rpc(nexus, config);
       rpc_ = &rpc;
+      if (hooks.on_start) hooks.on_start(rpc);
       ready_.store(true);
-      while (!stop_.load(std::memory_order_relaxed)) rpc.run_event_loop_once();
+      while (!stop_.load(std::memory_order_relaxed)) {
+        rpc.run_event_loop_once();
+        if (hooks.on_iteration) hooks.on_iteration(rpc);
+        active_sessions_.store(rpc.num_active_sessions(), std::memory_order_relaxed);
+        handlers_run_.store(rpc.stats().handlers_run, std::memory_order_relaxed);
+      }
       stats_ = rpc.stats();
       rpc_ = nullptr;
     });
@@ -79,16 +98,49 @@ class ServerThread {
       thread_.join();
     }
   }
+  // Live copies of the Rpc's num_active_sessions() and handlers_run,
+  // refreshed every iteration; readable from any thread.
+  size_t num_active_sessions() const { return active_sessions_.load(); }
+  uint64_t handlers_run() const { return handlers_run_.load(); }
   // Counters after stop().
   const RpcStats& final_stats() const { return stats_; }
 
  private:
   std::atomic<bool> ready_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<size_t> active_sessions_{0};
+  std::atomic<uint64_t> handlers_run_{0};
   Rpc* rpc_ = nullptr;
   RpcStats stats_;
   std::thread thread_;
 };
+
+// Drives several Rpcs of this thread in turn until done() or the deadline.
+inline bool run_all_until(std::initializer_list<Rpc*> rpcs, const std::function<bool()>& done,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    for (Rpc* rpc : rpcs) rpc->run_event_loop_once();
+  }
+  return true;
+}
+
+// Drives rpc for about `duration` (to let late packets and callbacks in).
+inline void run_for(Rpc& rpc, std::chrono::milliseconds duration) {
+  rpc.run_event_loop(std::chrono::duration_cast<std::chrono::microseconds>(duration));
+}
+
+// Waits (without driving any Rpc of this thread) until done() or timeout.
+inline bool wait_until(const std::function<bool()>& done,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 // Tracks session events for a client Rpc.
 struct SessionEvents {
@@ -122,5 +174,51 @@ inline void record_outcome(Rpc&, const Completion& c) {
   o->errc = c.errc;
   o->resp_size = c.resp_size;
 }
+
+// One echo request with its own buffers and a patterned payload; the
+// continuation counts how often it ran.
+struct EchoCall {
+  MsgBuffer req;
+  MsgBuffer resp;
+  size_t size = 0;
+  uint64_t seed = 0;
+  int completions = 0;
+  Errc errc = Errc::kOk;
+  size_t resp_size = 0;
+  size_t* total_done = nullptr;  // incremented on every completion, if set
+
+  // Allocates and fills the buffers; false when allocation failed.
+  bool prepare(Rpc& rpc, size_t req_size, uint64_t pattern_seed, size_t resp_capacity) {
+    size = req_size;
+    seed = pattern_seed;
+    req = rpc.alloc_msg_buffer(req_size);
+    resp = rpc.alloc_msg_buffer(resp_capacity);
+    if (!req.valid() || !resp.valid()) return false;
+    fill_pattern(req, seed);
+    return true;
+  }
+  bool prepare(Rpc& rpc, size_t req_size, uint64_t pattern_seed) {
+    return prepare(rpc, req_size, pattern_seed, req_size);
+  }
+  Errc enqueue(Rpc& rpc, SessionNum sn, ReqType req_type) {
+    return rpc.enqueue_request(sn, req_type, req, resp, &EchoCall::on_done, this);
+  }
+  // Completed exactly once, successfully, with the request echoed back.
+  bool echoed() const {
+    return completions == 1 && errc == Errc::kOk && resp_size == size &&
+           check_pattern(resp, size, seed);
+  }
+  void release(Rpc& rpc) {
+    rpc.free_msg_buffer(req);
+    rpc.free_msg_buffer(resp);
+  }
+  static void on_done(Rpc&, const Completion& c) {
+    auto* call = static_cast<EchoCall*>(c.tag);
+    call->completions++;
+    call->errc = c.errc;
+    call->resp_size = c.resp_size;
+    if (call->total_done != nullptr) (*call->total_done)++;
+  }
+};
 
 }  // namespace rpc::test

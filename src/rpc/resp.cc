@@ -39,8 +39,11 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   slot.state = ServerSlotState::kResponded;
   slot.resp_bulk = use_bulk(slot.resp->size());
   if (slot.resp_bulk) fill_bulk_ctrl(slot.bulk_ctrl, *slot.resp);
+  // The client is gone: nothing to send, and the last pending handler
+  // frees the session, so read the flag before.
+  const bool zombie = session.zombie;
   finish_pending_handler(session);
-  if (session.zombie) return;  // the client is gone; nothing to send
+  if (zombie) return;
   server_send_resp_pkt(session, slot, 0);
 }
 
