@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds librpc with warnings as errors and runs the
 # whole test suite (unit, protocol, integration). Usage: bash scripts/test.sh
-# Env: BUILD_DIR (default build), MESON_TEST_ARGS (extra `meson test` args).
+# Env: BUILD_DIR (default build), MESON_SETUP_ARGS (extra `meson setup`
+# args, e.g. sanitizers), MESON_TEST_ARGS (extra `meson test` args).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 build_dir=${BUILD_DIR:-build}
 if [ ! -f "$build_dir/build.ninja" ]; then
-  meson setup "$build_dir" --werror -Dtests=true
+  # shellcheck disable=SC2086
+  meson setup "$build_dir" --werror -Dtests=true ${MESON_SETUP_ARGS:-}
 fi
 ninja -C "$build_dir"
 # --print-errorlogs shows a failing test's output; the summary ends with
