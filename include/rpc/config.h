@@ -14,7 +14,7 @@ struct NexusConfig {
   // "host:port" of this process's session-management UDP socket. The host
   // must be an IPv4 address or a name that resolves to one; datapath
   // sockets of the udp transport bind to the same address.
-  std::string uri;
+  std::string uri = {};
   // Threads that run HandlerMode::kBackground handlers.
   size_t num_bg_threads = 1;
   // A session-management request is retransmitted every sm_retry_ms until
@@ -49,7 +49,7 @@ struct RpcConfig {
   size_t bulk_threshold_bytes = 16384;
   // Fault injection: fraction of datapath TX packets silently dropped.
   double drop_tx_fraction = 0.0;
-  SessionCallback session_callback;
+  SessionCallback session_callback = {};
   // Opaque pointer handed to handlers via ReqHandle::context().
   void* context = nullptr;
 };
