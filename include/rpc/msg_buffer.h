@@ -39,8 +39,17 @@ class RPC_EXPORT MsgBuffer {
   size_t num_pkts() const { return num_pkts_; }
 
   // Sets the message size. Returns false (and changes nothing) when
-  // new_size > max_size(). Never reallocates.
-  bool resize(size_t new_size);
+  // new_size > max_size(). Never reallocates. Inline: it is on the path of
+  // every request and response.
+  bool resize(size_t new_size) {
+    if (new_size > max_data_size_) return false;
+    data_size_ = static_cast<uint32_t>(new_size);
+    // An empty message still travels as one header-only packet.
+    num_pkts_ = new_size <= data_per_pkt_
+                    ? 1
+                    : static_cast<uint32_t>((new_size + data_per_pkt_ - 1) / data_per_pkt_);
+    return true;
+  }
 
  private:
   friend struct detail::MsgBufferAccess;

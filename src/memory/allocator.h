@@ -78,10 +78,23 @@ struct MsgBufferAccess {
   // points at the packet header, data follows. Not freeable.
   static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
   static Allocation allocation_of(const MsgBuffer& m);
-  static uint8_t* hdr(MsgBuffer& m, size_t pkt_num);  // header of packet pkt_num
-  static const uint8_t* pkt_data(const MsgBuffer& m, size_t pkt_num);
-  static size_t pkt_data_len(const MsgBuffer& m, size_t pkt_num);
-  static uint32_t lkey(const MsgBuffer& m);
+  // Header of packet pkt_num. Inline, like the three below: per packet.
+  static uint8_t* hdr(MsgBuffer& m, size_t pkt_num) {
+    if (pkt_num == 0) return m.buf_;
+    return m.buf_ + m.tail_hdr_offset_ + (pkt_num - 1) * kPktHeaderBytes;
+  }
+  static const uint8_t* pkt_data(const MsgBuffer& m, size_t pkt_num) {
+    return m.data() + pkt_num * m.data_per_pkt_;
+  }
+  static size_t pkt_data_len(const MsgBuffer& m, size_t pkt_num) {
+    const size_t offset = pkt_num * m.data_per_pkt_;
+    if (offset >= m.data_size_) return 0;  // e.g. packet 0 of an empty message
+    const size_t left = m.data_size_ - offset;
+    return left < m.data_per_pkt_ ? left : m.data_per_pkt_;
+  }
+  static uint32_t lkey(const MsgBuffer& m) {
+    return m.region_ != nullptr ? m.region_->reg.lkey : 0;
+  }
   static MemRegion* region(const MsgBuffer& m) { return m.region_; }
   static uint8_t* raw(const MsgBuffer& m) { return m.buf_; }
   static size_t data_per_pkt(const MsgBuffer& m) { return m.data_per_pkt_; }

@@ -11,7 +11,7 @@ namespace {
 // travels as one header-only packet. data_per_pkt is 0 only in a
 // default-constructed MsgBuffer, which must not divide by zero.
 size_t num_pkts_for(size_t size, size_t data_per_pkt) {
-  if (size == 0 || data_per_pkt == 0) return 1;
+  if (size <= data_per_pkt || data_per_pkt == 0) return 1;
   return (size + data_per_pkt - 1) / data_per_pkt;
 }
 
@@ -19,13 +19,6 @@ size_t num_pkts_for(size_t size, size_t data_per_pkt) {
 size_t tail_hdr_offset_for(size_t max_data) { return kPktHeaderBytes + (max_data + 7) / 8 * 8; }
 
 }  // namespace
-
-bool MsgBuffer::resize(size_t new_size) {
-  if (new_size > max_data_size_) return false;
-  data_size_ = static_cast<uint32_t>(new_size);
-  num_pkts_ = static_cast<uint32_t>(num_pkts_for(new_size, data_per_pkt_));
-  return true;
-}
 
 namespace detail {
 
@@ -61,24 +54,9 @@ Allocation MsgBufferAccess::allocation_of(const MsgBuffer& m) {
   return {m.buf_, alloc_bytes(m.max_data_size_, m.data_per_pkt_), m.region_, m.size_class_};
 }
 
-uint8_t* MsgBufferAccess::hdr(MsgBuffer& m, size_t pkt_num) {
-  if (pkt_num == 0) return m.buf_;
-  return m.buf_ + m.tail_hdr_offset_ + (pkt_num - 1) * kPktHeaderBytes;
-}
 
-const uint8_t* MsgBufferAccess::pkt_data(const MsgBuffer& m, size_t pkt_num) {
-  return m.data() + pkt_num * m.data_per_pkt_;
-}
 
-size_t MsgBufferAccess::pkt_data_len(const MsgBuffer& m, size_t pkt_num) {
-  const size_t offset = pkt_num * m.data_per_pkt_;
-  if (offset >= m.data_size_) return 0;  // e.g. packet 0 of an empty message
-  return std::min<size_t>(m.data_per_pkt_, m.data_size_ - offset);
-}
 
-uint32_t MsgBufferAccess::lkey(const MsgBuffer& m) {
-  return m.region_ != nullptr ? m.region_->reg.lkey : 0;
-}
 
 }  // namespace detail
 }  // namespace rpc

@@ -107,8 +107,26 @@ UdpTransport::UdpTransport(const RpcConfig& config, const std::string& bind_ip) 
   try {
     ring_mem_.resize(ring_bytes);
     ring_src_.resize(caps_.rx_ring_size);
+    ring_msgs_.resize(caps_.rx_ring_size);
+    ring_iovs_.resize(caps_.rx_ring_size);
   } catch (const std::bad_alloc&) {
     close_and_throw(fd_, "RX ring of " + std::to_string(ring_bytes) + " bytes", ENOMEM);
+  }
+  for (size_t slot = 0; slot < caps_.rx_ring_size; slot++) {
+    ring_iovs_[slot] = {&ring_mem_[slot * caps_.max_pkt_bytes], caps_.max_pkt_bytes};
+    msghdr& h = ring_msgs_[slot].msg_hdr;
+    h = {};
+    h.msg_name = &ring_src_[slot];
+    h.msg_iov = &ring_iovs_[slot];
+    h.msg_iovlen = 1;
+    h.msg_namelen = sizeof(sockaddr_in);
+  }
+  for (size_t i = 0; i < kMaxBatch; i++) {
+    msghdr& h = tx_msgs_[i].msg_hdr;
+    h.msg_name = &tx_dsts_[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = tx_iovs_[i].data();
+    tx_iovs_[i][0].iov_len = kPktHeaderBytes;
   }
 }
 
@@ -117,26 +135,18 @@ UdpTransport::~UdpTransport() {
 }
 
 void UdpTransport::tx_burst(std::span<const TxItem> items) {
-  // Stack arrays keep the datapath allocation-free.
-  std::array<mmsghdr, kMaxBatch> msgs;
-  std::array<std::array<iovec, 2>, kMaxBatch> iovs;
-  std::array<sockaddr_in, kMaxBatch> dsts;
+  mmsghdr* msgs = tx_msgs_.data();
   int retries = 0;
 
   for (size_t base = 0; base < items.size(); base += kMaxBatch) {
     const size_t n = std::min(items.size() - base, kMaxBatch);
     for (size_t i = 0; i < n; i++) {
       const TxItem& item = items[base + i];
-      dsts[i] = to_sockaddr(udp_info_of(*item.route));
+      tx_dsts_[i] = to_sockaddr(udp_info_of(*item.route));
       // iovec is shared with readv, hence non-const; sendmmsg only reads.
-      iovs[i][0] = {const_cast<uint8_t*>(item.hdr), kPktHeaderBytes};
-      iovs[i][1] = {const_cast<uint8_t*>(item.data), item.data_len};
-      msgs[i].msg_hdr = {};
-      msgs[i].msg_hdr.msg_name = &dsts[i];
-      msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-      msgs[i].msg_hdr.msg_iov = iovs[i].data();
+      tx_iovs_[i][0].iov_base = const_cast<uint8_t*>(item.hdr);
+      tx_iovs_[i][1] = {const_cast<uint8_t*>(item.data), item.data_len};
       msgs[i].msg_hdr.msg_iovlen = item.data_len == 0 ? 1 : 2;
-      msgs[i].msg_len = 0;
     }
 
     size_t sent = 0;
@@ -166,21 +176,12 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
       std::min({out.size(), kMaxBatch, ring_size - ring_in_use_, ring_size - ring_head_});
   if (n == 0) return 0;
 
-  std::array<mmsghdr, kMaxBatch> msgs;
-  std::array<iovec, kMaxBatch> iovs;
   const size_t pkt_bytes = caps_.max_pkt_bytes;
-  for (size_t i = 0; i < n; i++) {
-    const size_t slot = ring_head_ + i;
-    iovs[i] = {&ring_mem_[slot * pkt_bytes], pkt_bytes};
-    msgs[i].msg_hdr = {};
-    msgs[i].msg_hdr.msg_name = &ring_src_[slot];
-    msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-    msgs[i].msg_hdr.msg_iov = &iovs[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
-    msgs[i].msg_len = 0;
-  }
+  // msg_namelen stays sizeof(sockaddr_in): the kernel writes back the
+  // length of an IPv4 source address, which is the same value.
+  mmsghdr* msgs = &ring_msgs_[ring_head_];
 
-  const int r = ::recvmmsg(fd_, msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  const int r = ::recvmmsg(fd_, msgs, static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
   if (r <= 0) return 0;  // EAGAIN: nothing pending; other errors: treat as loss
 
   // A datagram longer than our MTU arrives truncated; its header would lie
@@ -188,11 +189,12 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
   // down. Rare (a misconfigured peer), so the copy does not matter.
   size_t kept = 0;
   for (size_t i = 0; i < static_cast<size_t>(r); i++) {
+    msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
     uint8_t* buf = &ring_mem_[(ring_head_ + kept) * pkt_bytes];
     const sockaddr_in& src_i = ring_src_[ring_head_ + i];
     if (kept != i) {
-      std::memmove(buf, iovs[i].iov_base, msgs[i].msg_len);
+      std::memmove(buf, msgs[i].msg_hdr.msg_iov->iov_base, msgs[i].msg_len);
       ring_src_[ring_head_ + kept] = src_i;
     }
     const sockaddr_in& src = ring_src_[ring_head_ + kept];

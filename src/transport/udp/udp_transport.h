@@ -3,7 +3,9 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,14 @@ class UdpTransport final : public Transport {
   // RX ring: rx_ring_size buffers of max_pkt_bytes, filled in order.
   std::vector<uint8_t> ring_mem_;
   std::vector<sockaddr_in> ring_src_;
+  // One recvmmsg descriptor per ring buffer, built once: rx_burst only
+  // resets the fields the kernel overwrites.
+  std::vector<mmsghdr> ring_msgs_;
+  std::vector<iovec> ring_iovs_;
+  // sendmmsg descriptors, wired to their iovecs and addresses once.
+  std::array<mmsghdr, kMaxBatch> tx_msgs_{};
+  std::array<std::array<iovec, 2>, kMaxBatch> tx_iovs_{};
+  std::array<sockaddr_in, kMaxBatch> tx_dsts_{};
   size_t ring_head_ = 0;
   size_t ring_in_use_ = 0;
 };

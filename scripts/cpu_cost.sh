@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Instructions per small RPC in librpc's own code (client + server, one
+# thread, udp on 127.0.0.1), counted exactly by callgrind. Runs
+# bench/cpu_cost/cpu_cost for N1 and N2 RPCs and divides the difference of
+# the instructions executed inside librpc.so by N2 - N1, which cancels
+# start-up and shutdown. System calls, libc and the app's own handler and
+# continuation are excluded. Usage: scripts/cpu_cost.sh [BUILD_DIR] [SIZE]
+# Env: N1 (default 2000), N2 (default 4000), JSON (write {"instructions_per_rpc": ...}).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${1:-$root/build}
+size=${2:-32}
+n1=${N1:-2000}
+n2=${N2:-4000}
+command -v valgrind >/dev/null || { echo "cpu_cost: valgrind not installed" >&2; exit 1; }
+bin="$build_dir/bench/cpu_cost/cpu_cost"
+[ -x "$bin" ] || { echo "cpu_cost: $bin not built" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+count() {
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" >/dev/null 2>&1
+  python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" librpc.so
+}
+i1=$(count "$n1")
+i2=$(count "$n2")
+per_rpc=$(( (i2 - i1) / (n2 - n1) ))
+echo "cpu_cost: ${per_rpc} instructions per ${size}-byte RPC in librpc (client + server; callgrind, N=${n1}/${n2})"
+if [ -n "${JSON:-}" ]; then
+  printf '{"size": %s, "instructions_per_rpc": %s, "n1": %s, "n2": %s}\n' "$size" "$per_rpc" "$n1" "$n2" > "$JSON"
+fi
