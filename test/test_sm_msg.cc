@@ -28,6 +28,7 @@ SmMsg full_msg(SmMsgType type) {
   m.client_session_num = 0x1234;
   m.server_session_num = 0xfedc;
   m.token = 0x0102030405060708ull;
+  m.incarnation = 0xA1B2C3D4E5F6ull;
   for (size_t i = 0; i < m.routing_len; i++) m.routing.bytes[i] = static_cast<uint8_t>(0xa0 + i);
   return m;
 }
@@ -57,6 +58,7 @@ void require_same(const SmMsg& a, const SmMsg& b) {
   REQUIRE(a.client_session_num == b.client_session_num);
   REQUIRE(a.server_session_num == b.server_session_num);
   REQUIRE(a.token == b.token);
+  REQUIRE(a.incarnation == b.incarnation);
   REQUIRE(a.routing.bytes == b.routing.bytes);
 }
 
@@ -78,7 +80,7 @@ TEST_CASE("a connect request survives encode and decode") {
 
 TEST_CASE("every message type survives encode and decode with all fields set") {
   for (auto type : {SmMsgType::kConnectReq, SmMsgType::kConnectResp, SmMsgType::kDisconnectReq,
-                    SmMsgType::kDisconnectResp}) {
+                    SmMsgType::kDisconnectResp, SmMsgType::kHeartbeat}) {
     SmMsg in = full_msg(type);
     in.routing_len = static_cast<uint8_t>(RoutingInfo::kMaxBytes);
     for (size_t i = 0; i < RoutingInfo::kMaxBytes; i++) in.routing.bytes[i] = uint8_t(i * 5 + 1);
@@ -128,7 +130,8 @@ TEST_CASE("the encoded bytes follow the documented layout") {
   REQUIRE(b[15] == 0x12);
   REQUIRE(b[16] == 0xdc);  // server_session_num
   REQUIRE(b[17] == 0xfe);
-  for (size_t i = 18; i < 24; i++) REQUIRE(b[i] == 0);
+  // Incarnation 0xA1B2C3D4E5F6 at offset 18, 48 bits little-endian.
+  REQUIRE(load_le(b, 18, 6) == 0xA1B2C3D4E5F6ull);
   // Token 0x0102030405060708 at offset 24, least significant byte first.
   const std::array<uint8_t, 8> token_bytes{0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   for (size_t i = 0; i < 8; i++) REQUIRE(b[24 + i] == token_bytes[i]);
@@ -144,7 +147,6 @@ TEST_CASE("routing bytes beyond routing_len are sent as zeros") {
   encode_sm_msg(in, b);
   for (size_t i = 0; i < 6; i++) REQUIRE(b[32 + i] == 0xee);
   for (size_t i = 32 + 6; i < kSmMsgBytes; i++) REQUIRE(b[i] == 0);
-  for (size_t i = 18; i < 24; i++) REQUIRE(b[i] == 0);
 
   SmMsg out;
   REQUIRE(decode(b, out) == SmDecodeStatus::kOk);
@@ -224,7 +226,7 @@ TEST_CASE("a message whose length field disagrees with its size is rejected") {
 
 TEST_CASE("a message with an unknown type is rejected") {
   Bytes b = encode(full_msg(SmMsgType::kConnectReq));
-  for (int type : {0, 5, 255}) {
+  for (int type : {0, 6, 255}) {
     b[8] = static_cast<uint8_t>(type);
     REQUIRE(decode(b) == SmDecodeStatus::kBadType);
   }
@@ -233,20 +235,24 @@ TEST_CASE("a message with an unknown type is rejected") {
 TEST_CASE("a message with an out-of-range field is rejected") {
   const Bytes good = encode(full_msg(SmMsgType::kConnectResp));
   Bytes b = good;
-  SECTION("err past kInvalidSession") { b[9] = static_cast<uint8_t>(SmErr::kInvalidSession) + 1; }
+  SECTION("err past kRemoteFailed") { b[9] = static_cast<uint8_t>(SmErr::kRemoteFailed) + 1; }
   SECTION("transport past kFabric") { b[10] = static_cast<uint8_t>(TransportKind::kFabric) + 1; }
   SECTION("routing_len past RoutingInfo::kMaxBytes") {
     b[13] = static_cast<uint8_t>(RoutingInfo::kMaxBytes + 1);
   }
-  SECTION("a nonzero reserved byte") {
-    for (size_t i = 18; i < 24; i++) {
-      Bytes r = good;
-      r[i] = 0x80;
-      REQUIRE(decode(r) == SmDecodeStatus::kBadField);
-    }
-    b[23] = 1;
-  }
   REQUIRE(decode(b) == SmDecodeStatus::kBadField);
+}
+
+TEST_CASE("the sender's 48-bit incarnation sits little-endian at offset 18") {
+  SmMsg m = full_msg(SmMsgType::kHeartbeat);
+  m.incarnation = 0x0000665544332211ull;
+  const Bytes b = encode(m);
+  REQUIRE(std::vector<uint8_t>(b.begin() + 18, b.begin() + 24) ==
+          std::vector<uint8_t>{0x11, 0x22, 0x33, 0x44, 0x55, 0x66});
+  SmMsg out;
+  REQUIRE(decode(b, out) == SmDecodeStatus::kOk);
+  REQUIRE(out.type == SmMsgType::kHeartbeat);
+  REQUIRE(out.incarnation == m.incarnation);
 }
 
 TEST_CASE("random and mutated datagrams never crash the decoder") {

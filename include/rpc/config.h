@@ -21,6 +21,12 @@ struct NexusConfig {
   // answered, and fails with SmErr::kTimeout after sm_timeout_ms.
   uint32_t sm_retry_ms = 50;
   uint32_t sm_timeout_ms = 1000;
+  // Failure detection: Nexuses that share sessions send each other a
+  // heartbeat every heartbeat_interval_ms; a remote silent for
+  // failure_timeout_ms (or one that restarted) is declared failed, and every
+  // session to it is reset.
+  uint32_t heartbeat_interval_ms = 100;
+  uint32_t failure_timeout_ms = 1000;
 };
 
 // Told about connect / connect-failure / disconnect of a session. Runs on

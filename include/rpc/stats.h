@@ -36,6 +36,7 @@ struct RpcStats {
   uint64_t bulk_reads = 0;
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
+  uint64_t sessions_reset = 0;       // reset because the remote failed
   uint64_t sm_refused = 0;           // connects this Rpc refused
   DropCounters drops;
 };

@@ -43,6 +43,7 @@ enum class SmErr : uint8_t {
   kInvalidRoutingInfo,  // the peer's routing info could not be resolved
   kTimeout,             // no answer within the configured timeout
   kInvalidSession,      // the session named in the message does not exist
+  kRemoteFailed,        // the remote stopped answering heartbeats, or restarted
 };
 
 RPC_EXPORT std::string_view to_string(SessionEvent event);

@@ -44,6 +44,7 @@ std::string_view to_string(SmErr err) {
     case SmErr::kInvalidRoutingInfo: return "invalid routing info";
     case SmErr::kTimeout: return "no answer from the remote within the timeout";
     case SmErr::kInvalidSession: return "no such session at the remote";
+    case SmErr::kRemoteFailed: return "the remote stopped answering heartbeats or restarted";
   }
   return "unknown reason";
 }

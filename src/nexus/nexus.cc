@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <random>
+
 #include "nexus/bg_threads.h"
 #include "nexus/nexus_impl.h"
 #include "nexus/sm_thread.h"
@@ -22,15 +24,27 @@ NexusImpl::NexusImpl(const NexusConfig& config) : config_(config) {
   auto addr = parse_uri(config.uri, /*allow_port_zero=*/true);
   if (!addr) throw Error("Nexus: " + addr.error());
   if (addr->ipv4 == 0) {
-    throw Error(fmt::format("Nexus: URI '{}' names no host; give the IPv4 address peers reach "
-                            "this process at (it is also the datapath address)",
-                            config.uri));
+    throw Error(
+        fmt::format("Nexus: URI '{}' names no host; give the IPv4 address peers reach "
+                    "this process at (it is also the datapath address)",
+                    config.uri));
   }
   if (config.sm_retry_ms == 0 || config.sm_timeout_ms < config.sm_retry_ms) {
     throw Error("Nexus: need 0 < sm_retry_ms <= sm_timeout_ms");
   }
+  if (config.heartbeat_interval_ms == 0 ||
+      config.failure_timeout_ms < 2 * config.heartbeat_interval_ms) {
+    throw Error("Nexus: need 0 < 2 * heartbeat_interval_ms <= failure_timeout_ms");
+  }
   addr_ = *addr;
-  sm_thread_ = std::make_unique<SmThread>(*this, addr_, config.sm_retry_ms, config.sm_timeout_ms);
+  std::random_device rd;
+  do {
+    incarnation_ = ((uint64_t{rd()} << 32) | rd()) & kIncarnationMask;
+  } while (incarnation_ == 0);
+  sm_thread_ = std::make_unique<SmThread>(
+      *this, addr_,
+      SmThreadConfig{config.sm_retry_ms, config.sm_timeout_ms, config.heartbeat_interval_ms,
+                     config.failure_timeout_ms, incarnation_});
   addr_.port = sm_thread_->bound_port();
   uri_ = addr_.to_string();
   if (config.num_bg_threads > 0) bg_threads_ = std::make_unique<BgThreads>(config.num_bg_threads);
@@ -48,7 +62,8 @@ Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, H
   }
   if (!handler) return Failure{"register_handler: empty handler"};
   if (handlers_[req_type].registered) {
-    return Failure{fmt::format("register_handler: request type {} already has a handler", req_type)};
+    return Failure{
+        fmt::format("register_handler: request type {} already has a handler", req_type)};
   }
   if (mode == HandlerMode::kBackground && config_.num_bg_threads == 0) {
     return Failure{"register_handler: background mode needs NexusConfig::num_bg_threads > 0"};
@@ -82,6 +97,18 @@ bool NexusImpl::deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from) 
   rpc->sm_deliver(msg, from);
   return true;
 }
+
+void NexusImpl::broadcast_remote_failure(const NetAddr& addr, uint64_t incarnation) {
+  std::lock_guard lock(registry_mutex_);
+  for (RpcImpl* rpc : rpcs_) {
+    if (rpc != nullptr) rpc->remote_failed(addr, incarnation);
+  }
+}
+
+void NexusImpl::add_remote(const NetAddr& remote, uint64_t incarnation) {
+  sm_thread_->add_remote(remote, incarnation);
+}
+void NexusImpl::release_remote(const NetAddr& remote) { sm_thread_->release_remote(remote); }
 
 void NexusImpl::sm_send_request(const SmMsg& msg, const NetAddr& to) {
   sm_thread_->send_request(msg, to);

@@ -46,6 +46,12 @@ class NexusImpl {
   // Calls rpc->sm_deliver(msg, from) under the registry lock; false if no
   // Rpc has that id.
   bool deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from);
+  // Tells every Rpc that the remote Nexus at addr, in that incarnation, failed.
+  void broadcast_remote_failure(const NetAddr& addr, uint64_t incarnation);
+  // Sessions refer to remote Nexuses: watched by heartbeats while referred to.
+  void add_remote(const NetAddr& remote, uint64_t incarnation);
+  void release_remote(const NetAddr& remote);
+  uint64_t incarnation() const { return incarnation_; }
 
   // Session management, callable from any thread. Requests are
   // retransmitted until a response with the same token arrives (delivered
@@ -64,6 +70,7 @@ class NexusImpl {
  private:
   NexusConfig config_;
   NetAddr addr_;
+  uint64_t incarnation_ = 0;
   std::string uri_;
   std::array<HandlerEntry, 256> handlers_;
   std::atomic<bool> handlers_frozen_{false};

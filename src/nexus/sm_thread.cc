@@ -28,8 +28,7 @@ NetAddr from_endpoint(const asio::ip::udp::endpoint& e) {
 }
 
 SmMsgType response_type_of(SmMsgType request) {
-  return request == SmMsgType::kConnectReq ? SmMsgType::kConnectResp
-                                           : SmMsgType::kDisconnectResp;
+  return request == SmMsgType::kConnectReq ? SmMsgType::kConnectResp : SmMsgType::kDisconnectResp;
 }
 
 }  // namespace
@@ -44,12 +43,25 @@ struct SmThread::State {
     Clock::time_point deadline;
   };
 
+  // A remote Nexus that sessions refer to.
+  struct Remote {
+    NetAddr addr;
+    size_t refs = 0;
+    uint64_t incarnation = 0;  // 0 until heard from
+    Clock::time_point last_heard;
+  };
+
   NexusImpl& nexus;
+  SmThreadConfig config;
   std::chrono::milliseconds retry;
   std::chrono::milliseconds timeout;
+  std::chrono::milliseconds heartbeat_interval;
+  std::chrono::milliseconds failure_timeout;
   asio::io_context io;
   asio::ip::udp::socket socket{io};
   asio::steady_timer timer{io};
+  asio::steady_timer heartbeat_timer{io};
+  std::unordered_map<uint64_t, Remote> remotes;  // by NetAddr::key()
   std::array<uint8_t, 2048> rx_buf{};
   asio::ip::udp::endpoint rx_from;
   std::unordered_map<uint64_t, Pending> pending;  // by token
@@ -58,12 +70,19 @@ struct SmThread::State {
   // re-arm the timer or the receive, or io.run() would never return.
   bool stopping = false;
 
-  State(NexusImpl& n, uint32_t retry_ms, uint32_t timeout_ms)
-      : nexus(n), retry(retry_ms), timeout(timeout_ms) {}
+  State(NexusImpl& n, const SmThreadConfig& c)
+      : nexus(n),
+        config(c),
+        retry(c.retry_ms),
+        timeout(c.timeout_ms),
+        heartbeat_interval(c.heartbeat_interval_ms),
+        failure_timeout(c.failure_timeout_ms) {}
 
   void send_now(const SmMsg& msg, const NetAddr& to) {
     std::array<uint8_t, kSmMsgBytes> bytes{};
-    encode_sm_msg(msg, bytes);
+    SmMsg stamped = msg;
+    stamped.incarnation = config.incarnation;
+    encode_sm_msg(stamped, bytes);
     asio::error_code ec;
     socket.send_to(asio::buffer(bytes), to_endpoint(to), 0, ec);
     if (ec) RPC_LOG_DEBUG("sm send to {} failed: {}", to.to_string(), ec.message());
@@ -87,6 +106,67 @@ struct SmThread::State {
     });
   }
 
+  void start_heartbeat_timer() {
+    heartbeat_timer.expires_after(heartbeat_interval);
+    heartbeat_timer.async_wait([this](const asio::error_code& ec) {
+      if (ec || stopping) return;
+      on_heartbeat_tick();
+      start_heartbeat_timer();
+    });
+  }
+
+  // Every remote still referred to gets a heartbeat; one silent for the
+  // failure timeout is declared failed (once: it must be heard again, with
+  // any incarnation, before it can fail again).
+  void on_heartbeat_tick() {
+    const auto now = Clock::now();
+    SmMsg hb;
+    hb.type = SmMsgType::kHeartbeat;
+    for (auto& [key, r] : remotes) {
+      if (r.incarnation != 0 && now - r.last_heard > failure_timeout) {
+        declare_failed(r);
+        continue;
+      }
+      send_now(hb, r.addr);
+      stats.heartbeats_sent++;
+    }
+  }
+
+  void declare_failed(Remote& r) {
+    stats.remote_failures++;
+    RPC_LOG_INFO("remote Nexus {} (incarnation {:x}) failed", r.addr.to_string(), r.incarnation);
+    nexus.broadcast_remote_failure(r.addr, r.incarnation);
+    r.incarnation = 0;
+    r.last_heard = Clock::now();
+  }
+
+  // Any valid message proves the sender alive; a new incarnation from the
+  // same address means the old process is gone.
+  void note_alive(const NetAddr& from, uint64_t incarnation) {
+    auto it = remotes.find(from.key());
+    if (it == remotes.end()) return;
+    Remote& r = it->second;
+    if (r.incarnation != 0 && r.incarnation != incarnation) declare_failed(r);
+    r.incarnation = incarnation;
+    r.last_heard = Clock::now();
+  }
+
+  void add_remote(const NetAddr& addr, uint64_t incarnation) {
+    Remote& r = remotes[addr.key()];
+    if (r.refs++ == 0) {
+      r.addr = addr;
+      r.last_heard = Clock::now();
+    }
+    // A server learns its client's incarnation from the connect request,
+    // before any heartbeat: a client killed right away must still fail.
+    if (r.incarnation == 0) r.incarnation = incarnation;
+  }
+
+  void release_remote(const NetAddr& addr) {
+    auto it = remotes.find(addr.key());
+    if (it != remotes.end() && --it->second.refs == 0) remotes.erase(it);
+  }
+
   void on_datagram(size_t len) {
     stats.rx_msgs++;
     const NetAddr from = from_endpoint(rx_from);
@@ -101,6 +181,8 @@ struct SmThread::State {
       RPC_LOG_DEBUG("sm message from {} dropped: {}", from.to_string(), to_string(status));
       return;
     }
+    note_alive(from, msg.incarnation);
+    if (msg.type == SmMsgType::kHeartbeat) return;
     if (msg.is_request()) {
       if (!nexus.deliver_to_rpc(msg.server_rpc_id, msg, from)) {
         SmMsg resp = msg;
@@ -170,18 +252,19 @@ struct SmThread::State {
   }
 };
 
-SmThread::SmThread(NexusImpl& nexus, const NetAddr& addr, uint32_t retry_ms, uint32_t timeout_ms)
-    : state_(std::make_unique<State>(nexus, retry_ms, timeout_ms)) {
+SmThread::SmThread(NexusImpl& nexus, const NetAddr& addr, const SmThreadConfig& config)
+    : state_(std::make_unique<State>(nexus, config)) {
   asio::error_code ec;
   state_->socket.open(asio::ip::udp::v4(), ec);
   if (!ec) state_->socket.bind(to_endpoint(addr), ec);
   if (ec) {
-    throw Error("cannot bind the session-management socket to " + addr.to_string() + ": " +
-                    ec.message(),
-                ec.value());
+    throw Error(
+        "cannot bind the session-management socket to " + addr.to_string() + ": " + ec.message(),
+        ec.value());
   }
   state_->start_receive();
   state_->start_timer();
+  state_->start_heartbeat_timer();
   thread_ = std::thread([this] { state_->io.run(); });
 }
 
@@ -189,6 +272,7 @@ SmThread::~SmThread() {
   asio::post(state_->io, [this] {
     state_->stopping = true;
     state_->timer.cancel();
+    state_->heartbeat_timer.cancel();
     asio::error_code ec;
     state_->socket.close(ec);
     state_->io.stop();
@@ -201,7 +285,8 @@ uint16_t SmThread::bound_port() const { return state_->socket.local_endpoint().p
 void SmThread::send_request(const SmMsg& msg, const NetAddr& to) {
   asio::post(state_->io, [this, msg, to] {
     const auto now = Clock::now();
-    state_->pending[msg.token] = State::Pending{msg, to, now + state_->retry, now + state_->timeout};
+    state_->pending[msg.token] =
+        State::Pending{msg, to, now + state_->retry, now + state_->timeout};
     state_->send_now(msg, to);
   });
 }
@@ -211,5 +296,13 @@ void SmThread::send_response(const SmMsg& msg, const NetAddr& to) {
 }
 
 const SmThreadStats& SmThread::stats() const { return state_->stats; }
+
+void SmThread::add_remote(const NetAddr& remote, uint64_t incarnation) {
+  asio::post(state_->io, [this, remote, incarnation] { state_->add_remote(remote, incarnation); });
+}
+
+void SmThread::release_remote(const NetAddr& remote) {
+  asio::post(state_->io, [this, remote] { state_->release_remote(remote); });
+}
 
 }  // namespace rpc::detail

@@ -7,10 +7,10 @@ namespace rpc::detail {
 void RpcImpl::run_event_loop_once() noexcept {
   now_ns_ = now_ns();
   if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
-  process_rx();                    // packets: requests, responses, credit returns, RFRs
+  process_rx();  // packets: requests, responses, credit returns, RFRs
   if (!stall_queue_.empty()) process_stall_queue();  // slots that were out of credits
   if (bg_pending_.load(std::memory_order_acquire)) poll_bg_responses();
-  if (caps_.bulk) poll_bulk();     // finished one-sided reads
+  if (caps_.bulk) poll_bulk();  // finished one-sided reads
   if (now_ns_ - last_loss_scan_ns_ >= rto_ns_ / 2) scan_for_loss();
   tx_flush();
 }
@@ -25,6 +25,14 @@ void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
 void RpcImpl::sm_deliver(const SmMsg& msg, const NetAddr& from) {
   std::lock_guard lock(sm_mutex_);
   sm_queue_.push_back(SmDelivery{msg, from});
+  sm_pending_.store(true, std::memory_order_release);
+}
+
+void RpcImpl::remote_failed(const NetAddr& remote, uint64_t incarnation) {
+  SmMsg msg;
+  msg.incarnation = incarnation;
+  std::lock_guard lock(sm_mutex_);
+  sm_queue_.push_back(SmDelivery{msg, remote, true});
   sm_pending_.store(true, std::memory_order_release);
 }
 

@@ -43,6 +43,9 @@ struct ReqHandleAccess {
 struct SmDelivery {
   SmMsg msg;
   NetAddr from;
+  // Not a message: the Nexus declared the remote at `from` failed in
+  // incarnation msg.incarnation.
+  bool remote_failure = false;
 };
 
 // A response produced on a background thread, applied on the Rpc thread.
@@ -80,6 +83,7 @@ class RpcImpl {
   // --- called by the Nexus, from its threads ---
   void sm_deliver(const SmMsg& msg, const NetAddr& from);
   void bg_handler_done() { bg_inflight_.fetch_sub(1, std::memory_order_acq_rel); }
+  void remote_failed(const NetAddr& remote, uint64_t incarnation);
 
  private:
   // ev_loop.cc
@@ -131,6 +135,8 @@ class RpcImpl {
   void handle_connect_resp(const SmDelivery& d);
   void handle_disconnect_req(const SmDelivery& d);
   void handle_disconnect_resp(const SmDelivery& d);
+  void handle_remote_failure(const NetAddr& remote, uint64_t incarnation);
+  void hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation);
   void send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn);
   void send_disconnect(Session& session);
   Session* alloc_session(SessionRole role);

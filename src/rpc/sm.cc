@@ -74,6 +74,7 @@ void RpcImpl::free_session(Session& session) {
     if (slot.in_stall_queue) std::erase(stall_queue_, &slot);
   }
   if (session.role == SessionRole::kServer) server_sessions_by_token_.erase(session.sm_token);
+  if (session.holds_remote_ref) nexus_.release_remote(session.remote_nexus);
   const SessionNum sn = session.local_num;
   sessions_[sn].reset();
   free_session_nums_.push_back(sn);
@@ -114,7 +115,7 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   }
   Session* s = alloc_session(SessionRole::kClient);
   if (s == nullptr) return Failure{"create_session: out of memory for session buffers"};
-  s->remote_nexus = *addr;
+  hold_remote(*s, *addr, 0);  // learned from the connect response
   s->remote_rpc_id = remote_rpc_id;
   s->state = SessionState::kConnectInProgress;
   s->sm_token = new_token();
@@ -138,9 +139,10 @@ Result<bool> RpcImpl::destroy_session(SessionNum sn) {
   }
   Session& s = *sessions_[sn];
   if (!s.is_client()) {
-    return Failure{fmt::format("destroy_session: session {} is a server session; its client "
-                               "ends it",
-                               sn)};
+    return Failure{
+        fmt::format("destroy_session: session {} is a server session; its client "
+                    "ends it",
+                    sn)};
   }
   if (s.state == SessionState::kDisconnectInProgress) {
     return Failure{fmt::format("destroy_session: session {} is already being destroyed", sn)};
@@ -170,11 +172,10 @@ void RpcImpl::send_disconnect(Session& session) {
   nexus_.sm_send_request(m, session.remote_nexus);
 }
 
-void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err,
-                           SessionNum server_sn) {
+void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn) {
   SmMsg resp = req;
-  resp.type = req.type == SmMsgType::kConnectReq ? SmMsgType::kConnectResp
-                                                 : SmMsgType::kDisconnectResp;
+  resp.type =
+      req.type == SmMsgType::kConnectReq ? SmMsgType::kConnectResp : SmMsgType::kDisconnectResp;
   resp.err = err;
   resp.transport = transport_kind_;
   resp.server_session_num = server_sn;
@@ -185,11 +186,22 @@ void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err,
 }
 
 void RpcImpl::handle_sm(const SmDelivery& d) {
+  if (d.remote_failure) return handle_remote_failure(d.from, d.msg.incarnation);
   switch (d.msg.type) {
-    case SmMsgType::kConnectReq: handle_connect_req(d); return;
-    case SmMsgType::kConnectResp: handle_connect_resp(d); return;
-    case SmMsgType::kDisconnectReq: handle_disconnect_req(d); return;
-    case SmMsgType::kDisconnectResp: handle_disconnect_resp(d); return;
+    case SmMsgType::kConnectReq:
+      handle_connect_req(d);
+      return;
+    case SmMsgType::kConnectResp:
+      handle_connect_resp(d);
+      return;
+    case SmMsgType::kDisconnectReq:
+      handle_disconnect_req(d);
+      return;
+    case SmMsgType::kDisconnectResp:
+      handle_disconnect_resp(d);
+      return;
+    case SmMsgType::kHeartbeat:
+      return;  // consumed by the Nexus
   }
 }
 
@@ -204,7 +216,8 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
     }
     return;
   }
-  if (m.transport != transport_kind_) return send_sm_resp(m, d.from, SmErr::kTransportMismatch, kInvalidSessionNum);
+  if (m.transport != transport_kind_)
+    return send_sm_resp(m, d.from, SmErr::kTransportMismatch, kInvalidSessionNum);
   if (num_sessions_ >= config_.max_sessions) {
     return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
   }
@@ -220,7 +233,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   s->state = SessionState::kConnected;
   s->remote_num = m.client_session_num;
   s->remote_rpc_id = m.client_rpc_id;
-  s->remote_nexus = d.from;
+  hold_remote(*s, d.from, m.incarnation);
   s->remote_route = route;
   s->remote_src_key = transport_->src_key_of(route);
   s->sm_token = m.token;
@@ -263,6 +276,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
     return;
   }
   s.remote_num = m.server_session_num;
+  s.remote_incarnation = m.incarnation;
   s.remote_route = route;
   s.remote_src_key = transport_->src_key_of(route);
   s.state = SessionState::kConnected;
@@ -304,6 +318,48 @@ void RpcImpl::handle_disconnect_resp(const SmDelivery& d) {
   }
   free_session(s);
   notify(sn, SessionEvent::kDisconnected, SmErr::kNone);
+}
+
+void RpcImpl::hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation) {
+  session.remote_nexus = remote;
+  session.remote_incarnation = incarnation;
+  session.holds_remote_ref = true;
+  nexus_.add_remote(remote, incarnation);
+}
+
+// The remote process died or restarted: every session bound to that
+// incarnation is reset. Outstanding requests fail with kSessionReset and
+// server-side state of a dead client is freed. Sessions still connecting
+// are left to their own connect timeout.
+void RpcImpl::handle_remote_failure(const NetAddr& remote, uint64_t incarnation) {
+  if (incarnation == 0) return;
+  for (size_t sn = 0; sn < sessions_.size(); sn++) {
+    Session* s = sessions_[sn].get();
+    if (s == nullptr || !(s->remote_nexus == remote) || s->remote_incarnation != incarnation ||
+        s->zombie) {
+      continue;
+    }
+    const auto num = static_cast<SessionNum>(sn);
+    if (!s->is_client()) {
+      stats_.sessions_reset++;
+      if (s->pending_handlers > 0) {
+        s->zombie = true;  // freed when its last handler responds
+      } else {
+        free_session(*s);
+      }
+      continue;
+    }
+    if (s->state == SessionState::kConnected) {
+      stats_.sessions_reset++;
+      s->state = SessionState::kDisconnectInProgress;
+      fail_client_requests(*s, Errc::kSessionReset);
+      free_session(*s);
+      notify(num, SessionEvent::kReset, SmErr::kRemoteFailed);
+    } else if (s->state == SessionState::kDisconnectInProgress && !s->destroy_requested) {
+      free_session(*s);  // its disconnect request would only time out
+      notify(num, SessionEvent::kDisconnected, SmErr::kRemoteFailed);
+    }
+  }
 }
 
 }  // namespace rpc::detail

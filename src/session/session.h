@@ -115,6 +115,8 @@ struct Session {
   RoutingInfo remote_route;   // resolved
   uint64_t remote_src_key = 0;
   uint64_t sm_token = 0;      // of the connect request that created the session
+  uint64_t remote_incarnation = 0;  // of the remote Nexus, learned at connect
+  bool holds_remote_ref = false;    // the Nexus watches remote_nexus for us
   bool destroy_requested = false;  // destroyed while the connect was in flight
   size_t credits = kSessionCredits;
   std::array<ClientSlot, kSessionReqWindow> cslots;

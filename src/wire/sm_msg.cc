@@ -21,13 +21,13 @@ constexpr size_t kOffServerRpcId = 12;
 constexpr size_t kOffRoutingLen = 13;
 constexpr size_t kOffClientSessionNum = 14;
 constexpr size_t kOffServerSessionNum = 16;
-constexpr size_t kOffReserved = 18;
-constexpr size_t kReservedBytes = 6;  // 18..23: a u16 and a u32, both zero
+constexpr size_t kOffIncarnation = 18;
+constexpr size_t kIncarnationBytes = 6;  // 18..23: 48-bit little-endian
 constexpr size_t kOffToken = 24;
 constexpr size_t kOffRouting = 32;
 
 static_assert(kOffToken + 8 == kSmEnvelopeBytes, "the envelope ends with the token");
-static_assert(kOffReserved + kReservedBytes == kOffToken, "reserved bytes fill 18..23");
+static_assert(kOffIncarnation + kIncarnationBytes == kOffToken, "incarnation fills 18..23");
 static_assert(kOffRouting + RoutingInfo::kMaxBytes == kSmMsgBytes,
               "routing info fills the rest of the message");
 static_assert(kSmMsgBytes <= 0xffff, "length must fit its u16 field");
@@ -61,16 +61,13 @@ uint64_t get_u64(const uint8_t* p) {
 
 bool type_ok(uint8_t type) {
   return type >= static_cast<uint8_t>(SmMsgType::kConnectReq) &&
-         type <= static_cast<uint8_t>(SmMsgType::kDisconnectResp);
+         type <= static_cast<uint8_t>(SmMsgType::kHeartbeat);
 }
 
 bool fields_ok(const uint8_t* p) {
-  if (p[kOffErr] > static_cast<uint8_t>(SmErr::kInvalidSession)) return false;
+  if (p[kOffErr] > static_cast<uint8_t>(SmErr::kRemoteFailed)) return false;
   if (p[kOffTransport] > static_cast<uint8_t>(TransportKind::kFabric)) return false;
   if (p[kOffRoutingLen] > RoutingInfo::kMaxBytes) return false;
-  for (size_t i = 0; i < kReservedBytes; i++) {
-    if (p[kOffReserved + i] != 0) return false;
-  }
   return true;
 }
 
@@ -98,7 +95,9 @@ size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
   p[kOffRoutingLen] = msg.routing_len;
   put_u16(p + kOffClientSessionNum, msg.client_session_num);
   put_u16(p + kOffServerSessionNum, msg.server_session_num);
-  std::memset(p + kOffReserved, 0, kReservedBytes);
+  for (size_t i = 0; i < kIncarnationBytes; i++) {
+    p[kOffIncarnation + i] = static_cast<uint8_t>(msg.incarnation >> (8 * i));
+  }
   put_u64(p + kOffToken, msg.token);
 
   // Only routing_len bytes are meaningful; the rest go out as zeros so no
@@ -138,6 +137,10 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   out.client_session_num = get_u16(p + kOffClientSessionNum);
   out.server_session_num = get_u16(p + kOffServerSessionNum);
   out.token = get_u64(p + kOffToken);
+  out.incarnation = 0;
+  for (size_t i = 0; i < kIncarnationBytes; i++) {
+    out.incarnation |= uint64_t{p[kOffIncarnation + i]} << (8 * i);
+  }
   // Bytes past routing_len carry no meaning; keep the decoded copy canonical.
   out.routing = RoutingInfo{};
   std::memcpy(out.routing.bytes.data(), p + kOffRouting, out.routing_len);

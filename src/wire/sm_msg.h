@@ -14,8 +14,9 @@
 //   13   1   routing_len         bytes of routing used, <= RoutingInfo::kMaxBytes
 //   14   2   client_session_num
 //   16   2   server_session_num
-//   18   2   reserved            must be 0
-//   20   4   reserved            must be 0
+//   18   6   incarnation         the sender Nexus's incarnation (48 bits): random,
+//                                 drawn at start-up; a new value from the same
+//                                 address means the peer process restarted
 //   24   8   token               unique per request; echoed by the response
 //   32  48   routing             sender's datapath routing info
 //   80       (end)
@@ -37,12 +38,14 @@ inline constexpr uint32_t kSmMagic = 0x4350524C;  // "LRPC" in byte order
 inline constexpr uint16_t kSmVersion = 1;
 inline constexpr size_t kSmMsgBytes = 80;
 inline constexpr size_t kSmEnvelopeBytes = 32;  // magic..token
+inline constexpr uint64_t kIncarnationMask = (1ull << 48) - 1;
 
 enum class SmMsgType : uint8_t {
   kConnectReq = 1,
   kConnectResp = 2,
   kDisconnectReq = 3,
   kDisconnectResp = 4,
+  kHeartbeat = 5,  // one-way "still alive", between Nexuses that share sessions
 };
 
 enum class TransportKind : uint8_t {
@@ -65,6 +68,7 @@ struct SmMsg {
   SessionNum client_session_num = kInvalidSessionNum;
   SessionNum server_session_num = kInvalidSessionNum;
   uint64_t token = 0;
+  uint64_t incarnation = 0;  // set by the sending Nexus
   RoutingInfo routing;
 
   bool is_request() const {
@@ -79,7 +83,7 @@ enum class SmDecodeStatus : uint8_t {
   kVersionMismatch,  // envelope valid: out.type and out.token are filled
   kBadLength,        // length field disagrees with the datagram size
   kBadType,
-  kBadField,         // err, transport or routing_len out of range, reserved != 0
+  kBadField,         // err, transport or routing_len out of range
 };
 
 // Writes msg into out (kSmMsgBytes). Returns kSmMsgBytes.

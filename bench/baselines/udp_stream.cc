@@ -1,0 +1,739 @@
+// Raw one-way UDP stream: the "limit of the path" baseline that librpc's
+// large-message goodput is compared to (librpc sends an 8 MiB message as
+// 1472-byte datagrams, the udp transport's datagram for a 1500 MTU).
+// Self-contained: libc + C++ std + fmt only.
+//
+//   udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]   (receiver)
+//   udp_stream client --server IP:PORT [LOAD OPTIONS]                    (sender)
+//   udp_stream [LOAD OPTIONS] [--credit-every N]   (both in one process, over 127.0.0.1)
+//
+// The sender busy-polls and sends --datagram-size datagrams in sendmmsg
+// batches of up to --batch; the receiver busy-polls recvmmsg batches and
+// counts datagrams and payload bytes (the whole UDP payload).
+//
+// Flow control. Unthrottled, the sender would mostly measure how fast the
+// kernel drops datagrams at a full receive queue, so the stream runs under a
+// sliding window, as librpc's own transfers do: the receiver returns a tiny
+// credit datagram (its cumulative datagram and byte counts) every
+// --credit-every datagrams, and also whenever it has drained its queue with
+// datagrams still uncredited; the sender keeps at most --window-datagrams
+// sent but not yet credited. Credits are cumulative, so a lost credit is
+// repaired by the next. If a data datagram is lost the window would shrink for
+// good: after kStallTimeout without credit progress the sender writes off what
+// is in flight (a "stall"; the write-off is taken back if late credits show the
+// datagrams arrived after all) and carries on. No credit at all for
+// kDeadReceiverTimeout fails the run.
+//
+// The sender reports: goodput is the receiver's byte count, as carried by the
+// credits, between the start and the end of the measured interval (both ends
+// lag by at most one credit, negligible over seconds).
+//
+// Wire format, host byte order (run both ends on like machines):
+//   data:   [run_id u64][filler]   run_id is random per sender run; a new one
+//                                  resets the receiver's counters
+//   credit: [run_id u64][datagrams u64][bytes u64]
+//   a 0-length datagram stops the receiver in combined mode; a standalone
+//   receiver runs until killed.
+
+#include <arpa/inet.h>
+#include <fmt/core.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kMaxUdpPayload = 65507;  // IPv4 UDP maximum
+constexpr std::size_t kRunIdBytes = sizeof(std::uint64_t);
+constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
+constexpr std::size_t kMaxWindow = 1 << 20;
+constexpr std::size_t kDefaultDatagramSize = 1472;  // 1500 MTU - IPv4 and UDP headers
+constexpr std::size_t kDefaultWindow = 256;
+constexpr std::size_t kDefaultBatch = 32;  // = UdpTransport::kMaxBatch
+constexpr std::size_t kDefaultCreditEvery = 32;
+constexpr std::size_t kCreditBatch = 16;  // credits drained per recvmmsg
+constexpr double kDefaultDurationS = 3.0;
+constexpr double kDefaultWarmupS = 0.5;
+constexpr double kMaxSeconds = 3600.0;
+constexpr int kSocketBufferBytes = 32 << 20;
+constexpr std::string_view kDefaultBind = "0.0.0.0:7779";
+constexpr auto kStallTimeout = std::chrono::milliseconds(5);
+constexpr auto kDeadReceiverTimeout = std::chrono::seconds(1);
+
+using Clock = std::chrono::steady_clock;
+
+struct Credit {
+  std::uint64_t run_id;
+  std::uint64_t datagrams;  // cumulative, this run
+  std::uint64_t bytes;      // cumulative payload bytes, this run
+};
+static_assert(sizeof(Credit) == 24);
+
+// Bad command line: reported with the usage text, exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Operational failure (socket error, unresponsive receiver): exit status 1.
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void throw_errno(std::string_view what) {
+  throw RunError(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+bool is_transient(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ENOBUFS;
+}
+
+void print_usage(std::FILE* out) {
+  fmt::print(out,
+             "usage:\n"
+             "  udp_stream [LOAD OPTIONS] [--credit-every N]\n"
+             "      combined mode: receiver thread (CPU 1) + sender (CPU 0) over 127.0.0.1\n"
+             "  udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]\n"
+             "      receiver, default bind {}; runs until killed\n"
+             "  udp_stream client --server IP:PORT [LOAD OPTIONS]\n"
+             "      sender; reports the goodput the receiver's credits show\n"
+             "\n"
+             "load options:\n"
+             "  --datagram-size BYTES   datagram payload, {}..{} (default {})\n"
+             "  --window-datagrams W    datagrams sent but not yet credited, 1..{} (default {})\n"
+             "  --batch N               datagrams per sendmmsg/recvmmsg, 1..{} (default {})\n"
+             "  --duration SECONDS      measured interval (default {})\n"
+             "  --warmup-seconds S      unmeasured interval before it (default {})\n"
+             "  --json FILE             also write the result as JSON (bench/compare/SCHEMA.md)\n"
+             "receiver option:\n"
+             "  --credit-every N        credit after N datagrams, and when drained (default {})\n"
+             "  -h, --help              show this help\n",
+             kDefaultBind, kRunIdBytes, kMaxUdpPayload, kDefaultDatagramSize, kMaxWindow,
+             kDefaultWindow, kMaxBatch, kDefaultBatch, kDefaultDurationS, kDefaultWarmupS,
+             kDefaultCreditEvery);
+}
+
+// ---------------------------------------------------------------------------
+// Argument parsing
+
+enum class Mode { kCombined, kServer, kClient };
+
+struct Options {
+  Mode mode = Mode::kCombined;
+  std::string bind{kDefaultBind};
+  std::optional<std::string> server;
+  std::size_t datagram_size = kDefaultDatagramSize;
+  std::size_t window = kDefaultWindow;
+  std::size_t batch = kDefaultBatch;
+  std::size_t credit_every = kDefaultCreditEvery;
+  double duration_s = kDefaultDurationS;
+  double warmup_s = kDefaultWarmupS;
+  std::optional<std::string> json;
+  bool help = false;
+};
+
+std::size_t parse_size(std::string_view flag, std::string_view text, std::size_t min,
+                       std::size_t max) {
+  std::size_t value = 0;
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), last, value);
+  if (text.empty() || ec == std::errc::invalid_argument || ptr != last) {
+    throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", flag, text));
+  }
+  if (ec == std::errc::result_out_of_range || value < min || value > max) {
+    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, text, min, max));
+  }
+  return value;
+}
+
+double parse_seconds(std::string_view flag, std::string_view text, bool allow_zero) {
+  double value = 0;
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), last, value);
+  if (text.empty() || ec != std::errc() || ptr != last || !std::isfinite(value)) {
+    throw UsageError(fmt::format("{}: '{}' is not a number of seconds", flag, text));
+  }
+  if (value < 0 || (value == 0 && !allow_zero) || value > kMaxSeconds) {
+    throw UsageError(fmt::format("{}: {} is out of range ({}{}, {}]", flag, text,
+                                 allow_zero ? "[" : "(", 0, kMaxSeconds));
+  }
+  return value;
+}
+
+sockaddr_in parse_endpoint(std::string_view flag, std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
+    throw UsageError(fmt::format("{}: '{}' is not of the form IPV4:PORT", flag, text));
+  }
+  const std::string host(text.substr(0, colon));
+  const auto port = parse_size(flag, text.substr(colon + 1), 0, 65535);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    throw UsageError(fmt::format("{}: '{}' is not an IPv4 address", flag, host));
+  }
+  return addr;
+}
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kServer:
+      return "server";
+    case Mode::kClient:
+      return "client";
+    case Mode::kCombined:
+      break;
+  }
+  return "combined";
+}
+
+// Is `flag` known, and valid in `mode`? Throws UsageError otherwise.
+void check_flag(std::string_view flag, Mode mode) {
+  const bool server_flag = flag == "--bind";
+  const bool client_flag = flag == "--server";
+  const bool receiver_flag = flag == "--credit-every";
+  const bool any_flag = flag == "--batch";
+  const bool load_flag = flag == "--datagram-size" || flag == "--window-datagrams" ||
+                         flag == "--duration" || flag == "--warmup-seconds" || flag == "--json";
+  if (!server_flag && !client_flag && !receiver_flag && !any_flag && !load_flag) {
+    throw UsageError(fmt::format("unknown option '{}'", flag));
+  }
+  if ((server_flag && mode != Mode::kServer) || (client_flag && mode != Mode::kClient) ||
+      (receiver_flag && mode == Mode::kClient) || (load_flag && mode == Mode::kServer)) {
+    throw UsageError(fmt::format("option '{}' is not valid in {} mode", flag, mode_name(mode)));
+  }
+}
+
+void apply_flag(Options& opt, std::string_view flag, std::string_view value) {
+  if (flag == "--bind") {
+    parse_endpoint(flag, value);  // validate early
+    opt.bind = std::string(value);
+  } else if (flag == "--server") {
+    parse_endpoint(flag, value);
+    opt.server = std::string(value);
+  } else if (flag == "--datagram-size") {
+    opt.datagram_size = parse_size(flag, value, kRunIdBytes, kMaxUdpPayload);
+  } else if (flag == "--window-datagrams") {
+    opt.window = parse_size(flag, value, 1, kMaxWindow);
+  } else if (flag == "--batch") {
+    opt.batch = parse_size(flag, value, 1, kMaxBatch);
+  } else if (flag == "--credit-every") {
+    opt.credit_every = parse_size(flag, value, 1, kMaxWindow);
+  } else if (flag == "--duration") {
+    opt.duration_s = parse_seconds(flag, value, /*allow_zero=*/false);
+  } else if (flag == "--warmup-seconds") {
+    opt.warmup_s = parse_seconds(flag, value, /*allow_zero=*/true);
+  } else if (flag == "--json") {
+    if (value.empty()) throw UsageError("--json: empty file name");
+    opt.json = std::string(value);
+  }
+}
+
+Options parse_args(int argc, char** argv) {
+  Options opt;
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  std::size_t i = 0;
+  if (!args.empty() && !args[0].starts_with("-")) {
+    if (args[0] == "server") {
+      opt.mode = Mode::kServer;
+    } else if (args[0] == "client") {
+      opt.mode = Mode::kClient;
+    } else {
+      throw UsageError(fmt::format("unknown mode '{}' (expected 'server' or 'client')", args[0]));
+    }
+    ++i;
+  }
+  for (; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      opt.help = true;
+      return opt;
+    }
+    if (!arg.starts_with("--")) throw UsageError(fmt::format("unexpected argument '{}'", arg));
+    // Accept both "--flag value" and "--flag=value".
+    std::string_view flag = arg;
+    std::string_view value;
+    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      check_flag(flag, opt.mode);
+    } else {
+      check_flag(flag, opt.mode);
+      if (i + 1 >= args.size()) {
+        throw UsageError(fmt::format("option '{}' requires a value", flag));
+      }
+      value = args[++i];
+    }
+    apply_flag(opt, flag, value);
+  }
+  if (opt.mode == Mode::kClient && !opt.server) {
+    throw UsageError("client mode requires --server IP:PORT");
+  }
+  return opt;
+}
+
+// ---------------------------------------------------------------------------
+// Sockets
+
+// Sets a socket buffer size, beyond net.core.*mem_max when we may (root).
+void set_buffer_bytes(int fd, int force_opt, int opt, int bytes) {
+  if (::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) == 0) return;
+  (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
+}
+
+std::string format_addr(const sockaddr_in& addr) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
+  return fmt::format("{}:{}", buf, ntohs(addr.sin_port));
+}
+
+// A nonblocking IPv4 UDP socket with large buffers; owns the descriptor.
+class Socket {
+ public:
+  Socket() {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw_errno("socket");
+    set_buffer_bytes(fd_, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBufferBytes);
+    set_buffer_bytes(fd_, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBufferBytes);
+  }
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  int fd() const { return fd_; }
+
+  void bind(const sockaddr_in& addr) {
+    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      throw_errno(fmt::format("bind {}", format_addr(addr)));
+    }
+  }
+
+  sockaddr_in local_addr() const {
+    sockaddr_in addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw_errno("getsockname");
+    }
+    return addr;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// ---------------------------------------------------------------------------
+// Receiver
+
+// Busy-polls a bound socket, counts the stream and returns credits to its
+// sender. Single-threaded; the socket must outlive it.
+class StreamReceiver {
+ public:
+  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every)
+      : sock_(sock),
+        batch_(batch),
+        credit_every_(credit_every),
+        // Not zero-filled: only the pages datagrams land in get touched.
+        data_(std::make_unique_for_overwrite<char[]>(batch * kMaxUdpPayload)),
+        from_(batch),
+        iov_(batch),
+        msgs_(batch) {
+    for (std::size_t k = 0; k < batch_; ++k) {
+      iov_[k] = {data_.get() + k * kMaxUdpPayload, kMaxUdpPayload};
+      msgs_[k].msg_hdr.msg_iov = &iov_[k];
+      msgs_[k].msg_hdr.msg_iovlen = 1;
+      msgs_[k].msg_hdr.msg_name = &from_[k];
+    }
+  }
+
+  // Returns when a 0-length datagram arrives (if stop_on_empty) or when
+  // `stop` becomes true.
+  void run(bool stop_on_empty, const std::atomic<bool>& stop);
+
+ private:
+  // Counts one received batch; returns false on a stop datagram.
+  bool count_batch(std::size_t got, bool stop_on_empty);
+  void send_credit();
+
+  Socket& sock_;
+  std::size_t batch_;
+  std::size_t credit_every_;
+  std::unique_ptr<char[]> data_;
+  std::vector<sockaddr_in> from_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> msgs_;
+  sockaddr_in sender_{};  // where credits go: the latest data datagram's source
+  Credit counts_{0, 0, 0};
+  std::uint64_t credited_ = 0;  // counts_.datagrams at the latest credit
+};
+
+void StreamReceiver::run(bool stop_on_empty, const std::atomic<bool>& stop) {
+  const auto vlen = static_cast<unsigned>(batch_);
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (auto& m : msgs_) m.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    const int got = ::recvmmsg(sock_.fd(), msgs_.data(), vlen, MSG_DONTWAIT, nullptr);
+    if (got < 0) {
+      // Stray ICMP errors from a vanished sender must not kill the receiver.
+      if (!is_transient(errno) && errno != ECONNREFUSED) throw_errno("recvmmsg");
+      // Queue drained: credit what is uncredited, so that no window waits for
+      // credit_every datagrams that will never come.
+      if (counts_.datagrams != credited_) send_credit();
+      continue;
+    }
+    if (!count_batch(static_cast<std::size_t>(got), stop_on_empty)) return;
+    if (counts_.datagrams - credited_ >= credit_every_) send_credit();
+  }
+}
+
+bool StreamReceiver::count_batch(std::size_t got, bool stop_on_empty) {
+  for (std::size_t k = 0; k < got; ++k) {
+    const mmsghdr& m = msgs_[k];
+    if (m.msg_len == 0 && stop_on_empty) return false;
+    if (m.msg_len < kRunIdBytes || m.msg_hdr.msg_namelen != sizeof(sockaddr_in)) continue;
+    std::uint64_t run_id = 0;
+    std::memcpy(&run_id, iov_[k].iov_base, kRunIdBytes);
+    if (run_id != counts_.run_id) {  // a new sender run: start counting afresh
+      counts_ = {run_id, 0, 0};
+      credited_ = 0;
+    }
+    ++counts_.datagrams;
+    counts_.bytes += m.msg_len;
+    sender_ = from_[k];
+  }
+  return true;
+}
+
+void StreamReceiver::send_credit() {
+  // A credit that cannot be sent now is repaired by the next (they are cumulative).
+  (void)::sendto(sock_.fd(), &counts_, sizeof counts_, MSG_DONTWAIT,
+                 reinterpret_cast<const sockaddr*>(&sender_), sizeof sender_);
+  credited_ = counts_.datagrams;
+}
+
+// ---------------------------------------------------------------------------
+// Sender
+
+struct GoodputResults {
+  std::uint64_t datagrams = 0;  // received in the measured interval
+  std::uint64_t bytes = 0;      // payload bytes received in the measured interval
+  double duration_s = 0;        // measured interval, as timed
+  std::uint64_t stalls = 0;     // window write-offs in the measured interval
+  std::uint64_t lost = 0;       // datagrams presumed lost, whole run
+};
+
+// Streams datagrams to a receiver under a credit window. Single-threaded.
+class StreamSender {
+ public:
+  StreamSender(const sockaddr_in& receiver, const Options& opt)
+      : receiver_(receiver),
+        window_(opt.window),
+        batch_(opt.batch),
+        payload_(opt.datagram_size, 'x'),
+        tx_iov_{payload_.data(), payload_.size()},
+        tx_(batch_),
+        credit_iov_(kCreditBatch),
+        credit_msgs_(kCreditBatch) {
+    std::random_device rd;
+    run_id_ = (std::uint64_t{rd()} << 32) ^ rd() ^
+              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+    std::memcpy(payload_.data(), &run_id_, kRunIdBytes);
+    // Every datagram carries the same bytes: one buffer serves the whole batch.
+    for (auto& m : tx_) {
+      m.msg_hdr.msg_iov = &tx_iov_;
+      m.msg_hdr.msg_iovlen = 1;
+      // Unconnected, destination per datagram: as librpc's udp transport does.
+      m.msg_hdr.msg_name = &receiver_;
+      m.msg_hdr.msg_namelen = sizeof receiver_;
+    }
+    for (std::size_t k = 0; k < kCreditBatch; ++k) {
+      credit_iov_[k] = {&credits_[k], sizeof(Credit)};
+      credit_msgs_[k].msg_hdr.msg_iov = &credit_iov_[k];
+      credit_msgs_[k].msg_hdr.msg_iovlen = 1;
+    }
+  }
+
+  GoodputResults run(double warmup_s, double duration_s);
+
+  // Asks a combined-mode receiver to return.
+  void send_stop() {
+    (void)::sendto(sock_.fd(), nullptr, 0, 0, reinterpret_cast<const sockaddr*>(&receiver_),
+                   sizeof receiver_);
+  }
+
+ private:
+  std::uint64_t in_flight() const { return sent_ - acked_.datagrams - written_off_; }
+  bool poll_credits();
+  void top_up_window();
+
+  Socket sock_;
+  sockaddr_in receiver_;
+  std::size_t window_;
+  std::size_t batch_;
+  std::uint64_t run_id_ = 0;
+  std::vector<char> payload_;
+  iovec tx_iov_;
+  std::vector<mmsghdr> tx_;
+  std::array<Credit, kCreditBatch> credits_{};
+  std::vector<iovec> credit_iov_;
+  std::vector<mmsghdr> credit_msgs_;
+  std::uint64_t sent_ = 0;
+  Credit acked_{0, 0, 0};          // the latest credit's counts
+  std::uint64_t written_off_ = 0;  // presumed lost; sent_ >= acked_ + written_off_
+};
+
+// Drains pending credits; returns whether the credited count advanced.
+bool StreamSender::poll_credits() {
+  const int got = ::recvmmsg(sock_.fd(), credit_msgs_.data(), kCreditBatch, MSG_DONTWAIT, nullptr);
+  if (got < 0) {
+    if (is_transient(errno) || errno == ECONNREFUSED) return false;
+    throw_errno("recvmmsg");
+  }
+  const std::uint64_t before = acked_.datagrams;
+  for (std::size_t k = 0; k < static_cast<std::size_t>(got); ++k) {
+    const Credit& c = credits_[k];
+    if (credit_msgs_[k].msg_len != sizeof(Credit) || c.run_id != run_id_) continue;
+    if (c.datagrams > acked_.datagrams && c.datagrams <= sent_) acked_ = c;
+  }
+  // Datagrams written off that arrived after all are no longer lost.
+  written_off_ = std::min(written_off_, sent_ - acked_.datagrams);
+  return acked_.datagrams != before;
+}
+
+// Sends until `window_` datagrams are in flight or the socket pushes back.
+void StreamSender::top_up_window() {
+  while (in_flight() < window_) {
+    const auto n = static_cast<unsigned>(std::min<std::uint64_t>(window_ - in_flight(), batch_));
+    const int r = ::sendmmsg(sock_.fd(), tx_.data(), n, MSG_DONTWAIT);
+    if (r < 0) {
+      if (is_transient(errno) || errno == ECONNREFUSED) return;  // retry next round
+      throw_errno(fmt::format("sendmmsg {}", format_addr(receiver_)));
+    }
+    sent_ += static_cast<std::uint64_t>(r);
+    if (static_cast<unsigned>(r) < n) return;
+  }
+}
+
+GoodputResults StreamSender::run(double warmup_s, double duration_s) {
+  using Seconds = std::chrono::duration<double>;
+  const auto start = Clock::now();
+  const auto measure_at = start + std::chrono::duration_cast<Clock::duration>(Seconds(warmup_s));
+  const auto end_at = measure_at + std::chrono::duration_cast<Clock::duration>(Seconds(duration_s));
+
+  std::uint64_t stalls = 0;
+  std::optional<Clock::time_point> t0;
+  GoodputResults base;  // counters at the start of the measured interval
+  auto last_credit = start, last_progress = start;
+  top_up_window();
+  for (;;) {
+    const bool progressed = poll_credits();
+    const auto now = Clock::now();
+    if (progressed) {
+      last_credit = last_progress = now;
+    } else if (in_flight() > 0 && now - last_progress > kStallTimeout) {
+      if (now - last_credit > kDeadReceiverTimeout) {
+        throw RunError(fmt::format("no credit from {} for {} s; is the receiver running?",
+                                   format_addr(receiver_), kDeadReceiverTimeout.count()));
+      }
+      written_off_ = sent_ - acked_.datagrams;
+      ++stalls;
+      last_progress = now;
+    }
+    if (!t0 && now >= measure_at) {
+      t0 = now;
+      base = {acked_.datagrams, acked_.bytes, 0, stalls, 0};
+    }
+    if (now >= end_at) {
+      return {acked_.datagrams - base.datagrams, acked_.bytes - base.bytes,
+              Seconds(now - *t0).count(), stalls - base.stalls, written_off_};
+    }
+    top_up_window();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reporting
+
+void write_json(const std::string& path, const Options& opt, const std::string& setup,
+                const GoodputResults& res, double gbps) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw_errno(fmt::format("cannot open {}", path));
+  // `setup` is built by this program from addresses and numbers: no escaping needed.
+  fmt::print(f,
+             "{{\"system\":\"raw_udp\",\"transport\":\"udp\",\"workload\":\"goodput\","
+             "\"setup\":\"{}\",\"results\":[{{\"size\":{},\"window\":{},\"batch\":{},"
+             "\"duration_s\":{:.6f},\"messages\":{},\"bytes\":{},\"gbps\":{:.4f},"
+             "\"stalls\":{},\"lost\":{}}}]}}\n",
+             setup, opt.datagram_size, opt.window, opt.batch, res.duration_s, res.datagrams,
+             res.bytes, gbps, res.stalls, res.lost);
+  const bool write_failed = std::ferror(f) != 0;
+  if (std::fclose(f) != 0 || write_failed) throw_errno(fmt::format("writing {}", path));
+}
+
+void report(const Options& opt, const std::string& setup, const GoodputResults& res) {
+  const double gbps = static_cast<double>(res.bytes) * 8 / 1e9 / res.duration_s;
+  fmt::print(
+      "udp_stream datagram={} B window={} batch={} goodput={:.2f} Gbit/s ({} datagrams, "
+      "{:.1f} MiB in {:.2f} s){}\n",
+      opt.datagram_size, opt.window, opt.batch, gbps, res.datagrams,
+      static_cast<double>(res.bytes) / (1 << 20), res.duration_s,
+      res.stalls ? fmt::format(" stalls={} lost={}", res.stalls, res.lost) : std::string());
+  std::fflush(stdout);
+  if (opt.json) write_json(*opt.json, opt, setup, res, gbps);
+}
+
+// ---------------------------------------------------------------------------
+// Modes
+
+int run_server_mode(const Options& opt) {
+  Socket sock;
+  sock.bind(parse_endpoint("--bind", opt.bind));
+  fmt::print(
+      "udp_stream receiver: busy-polling on {} (batch {}, credit every {}), Ctrl-C to "
+      "stop\n",
+      format_addr(sock.local_addr()), opt.batch, opt.credit_every);
+  std::fflush(stdout);
+  const std::atomic<bool> never{false};
+  StreamReceiver(sock, opt.batch, opt.credit_every).run(/*stop_on_empty=*/false, never);
+  return 0;
+}
+
+std::string describe_flow(const Options& opt) {
+  return fmt::format("sendmmsg/recvmmsg batch {}; busy-polled; window {} datagrams", opt.batch,
+                     opt.window);
+}
+
+int run_client_mode(const Options& opt) {
+  const sockaddr_in receiver = parse_endpoint("--server", *opt.server);
+  StreamSender sender(receiver, opt);
+  const GoodputResults res = sender.run(opt.warmup_s, opt.duration_s);
+  report(opt,
+         fmt::format("sender (1 thread, unpinned) to udp_stream receiver {}; {}",
+                     format_addr(receiver), describe_flow(opt)),
+         res);
+  return 0;
+}
+
+bool pin_thread(pthread_t thread, int cpu, std::string_view who) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (const int rc = pthread_setaffinity_np(thread, sizeof set, &set); rc != 0) {
+    fmt::print(stderr, "udp_stream: warning: cannot pin {} to CPU {}: {}\n", who, cpu,
+               std::strerror(rc));
+    return false;
+  }
+  return true;
+}
+
+// Both CPU 0 and CPU 1 must be available to us.
+bool can_pin_to_cpus_0_and_1() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  return CPU_COUNT(&allowed) >= 2 && CPU_ISSET(0, &allowed) && CPU_ISSET(1, &allowed);
+}
+
+int run_combined_mode(const Options& opt) {
+  const bool can_pin = can_pin_to_cpus_0_and_1();
+  Socket receiver_sock;
+  sockaddr_in bind_addr{};
+  bind_addr.sin_family = AF_INET;
+  bind_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind_addr.sin_port = 0;  // ephemeral: never collides with a running receiver
+  receiver_sock.bind(bind_addr);
+  const sockaddr_in receiver_addr = receiver_sock.local_addr();
+
+  std::atomic<bool> stop{false};
+  std::exception_ptr receiver_error;
+  std::thread receiver([&] {
+    try {
+      StreamReceiver(receiver_sock, opt.batch, opt.credit_every).run(/*stop_on_empty=*/true, stop);
+    } catch (...) {
+      receiver_error = std::current_exception();
+    }
+  });
+
+  const bool pinned = can_pin && pin_thread(receiver.native_handle(), 1, "receiver thread") &&
+                      pin_thread(pthread_self(), 0, "sender thread");
+  const std::string pinning =
+      pinned ? "receiver (server) thread pinned to CPU 1, sender (client) pinned to CPU 0"
+             : fmt::format(
+                   "NOT pinned ({}); receiver and sender threads float",
+                   can_pin ? "pthread_setaffinity_np failed" : "CPUs 0 and 1 not both available");
+  fmt::print("udp_stream: combined mode on {}: {}\n", format_addr(receiver_addr), pinning);
+  std::fflush(stdout);
+
+  GoodputResults res;
+  std::exception_ptr sender_error;
+  try {
+    StreamSender sender(receiver_addr, opt);
+    res = sender.run(opt.warmup_s, opt.duration_s);
+    sender.send_stop();
+  } catch (...) {
+    sender_error = std::current_exception();
+  }
+  stop.store(true, std::memory_order_relaxed);  // in case the stop datagram was lost
+  receiver.join();
+
+  if (receiver_error) std::rethrow_exception(receiver_error);
+  if (sender_error) std::rethrow_exception(sender_error);
+  report(opt,
+         fmt::format("combined: 1 process over 127.0.0.1, {}; {}; credit every {}", pinning,
+                     describe_flow(opt), opt.credit_every),
+         res);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  try {
+    opt = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "udp_stream: error: {}\n", e.what());
+    print_usage(stderr);
+    return 2;
+  }
+  if (opt.help) {
+    print_usage(stdout);
+    return 0;
+  }
+  try {
+    switch (opt.mode) {
+      case Mode::kServer:
+        return run_server_mode(opt);
+      case Mode::kClient:
+        return run_client_mode(opt);
+      case Mode::kCombined:
+        return run_combined_mode(opt);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "udp_stream: error: {}\n", e.what());
+    return 1;
+  }
+  return 1;
+}
