@@ -358,3 +358,41 @@ TEST_CASE("a request enqueued after a long pause outside the event loop is not r
   CHECK(f.client->stats().retransmissions == 0);
   CHECK(f.server->stats().duplicate_requests == 0);
 }
+
+TEST_CASE("a client away longer than the RTO does not resend requests whose answers are queued") {
+  FakePair f(256, /*rto_us=*/2000);
+  // Given 5 sessions with 8 requests each: 40 responses, more than one RX burst
+  std::vector<SessionNum> sessions{f.sn};
+  for (int i = 0; i < 4; i++) {
+    auto s = f.client->create_session(f.nexus.uri(), 1);
+    REQUIRE(s);
+    sessions.push_back(*s);
+  }
+  REQUIRE(f.pump_until([&] {
+    for (SessionNum s : sessions) {
+      if (!f.client->is_connected(s)) return false;
+    }
+    return true;
+  }));
+  // The Rpc keeps the addresses of the buffer handles: no reallocation.
+  std::vector<MsgBuffer> bufs;
+  bufs.reserve(80);
+  std::vector<Outcome> outs(40);
+  for (size_t i = 0; i < 40; i++) {
+    bufs.push_back(f.client->alloc_msg_buffer(16));
+    bufs.push_back(f.client->alloc_msg_buffer(16));
+    REQUIRE(f.client->enqueue_request(sessions[i / 8], kEcho, bufs[2 * i], bufs[2 * i + 1],
+                                      record_outcome, &outs[i]) == Errc::kOk);
+  }
+  f.client->run_event_loop_once();
+  for (int i = 0; i < 5; i++) f.server->run_event_loop_once();
+  // When the client comes back after several RTOs with every answer queued
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(f.pump_until([&] {
+    return std::all_of(outs.begin(), outs.end(), [](const Outcome& o) { return o.done; });
+  }));
+  // Expect no slot to have been rolled back
+  CHECK(f.client->stats().retransmissions == 0);
+  CHECK(f.server->stats().duplicate_requests == 0);
+  for (auto& b : bufs) f.client->free_msg_buffer(b);
+}

@@ -5,13 +5,20 @@
 namespace rpc::detail {
 
 void RpcImpl::run_event_loop_once() noexcept {
+  const uint64_t prev_loop_ns = now_ns_;
   now_ns_ = now_ns();
   if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
-  process_rx();  // packets: requests, responses, credit returns, RFRs
+  // Requests, responses, credit returns, RFRs.
+  const bool rx_backlogged = process_rx() == kRxBatch;
   if (!stall_queue_.empty()) process_stall_queue();  // slots that were out of credits
   if (bg_pending_.load(std::memory_order_acquire)) poll_bg_responses();
   if (caps_.bulk) poll_bulk();  // finished one-sided reads
-  if (now_ns_ - last_loss_scan_ns_ >= rto_ns_ / 2) scan_for_loss();
+  // No loss scan while packets may still wait in the RX queue, or right
+  // after the app kept the loop away: the answers may be queued, not lost.
+  const bool loop_was_away = now_ns_ - prev_loop_ns >= rto_ns_ / 2;
+  if (!rx_backlogged && !loop_was_away && now_ns_ - last_loss_scan_ns_ >= rto_ns_ / 2) {
+    scan_for_loss();
+  }
   tx_flush();
 }
 

@@ -114,7 +114,7 @@ class RpcImpl {
                            size_t data_len);
   void client_complete(ClientSlot& slot, Errc errc, size_t resp_size);
   // rx.cc
-  void process_rx();
+  size_t process_rx();  // returns packets received
   void process_pkt(const RxPacket& pkt);
   bool header_sane(const PktHdr& hdr, size_t data_len);
   void client_process_cr(Session& session, const PktHdr& hdr);

@@ -4,12 +4,13 @@
 
 namespace rpc::detail {
 
-void RpcImpl::process_rx() {
+size_t RpcImpl::process_rx() {
   const size_t n = transport_->rx_burst(rx_batch_);
-  if (n == 0) return;
+  if (n == 0) return 0;
   for (size_t i = 0; i < n; i++) process_pkt(rx_batch_[i]);
   // Handlers ran on zero-copy views of these buffers; they are done now.
   transport_->post_recvs(n);
+  return n;
 }
 
 bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
@@ -21,7 +22,9 @@ bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
       return data_len == 0;
     case PktType::kReq:
     case PktType::kResp: {
-      if (hdr.bulk()) return data_len == sizeof(BulkCtrl) && hdr.pkt_num() == 0;
+      // A bulk control packet only makes sense where one-sided reads exist;
+      // elsewhere it would only make the receiver allocate for nothing.
+      if (hdr.bulk()) return caps_.bulk && data_len == sizeof(BulkCtrl) && hdr.pkt_num() == 0;
       if (msg_size <= dpp) return hdr.pkt_num() == 0 && data_len == msg_size;  // the common case
       if (msg_size > max_msg_size_) return false;
       const size_t num_pkts = (msg_size + dpp - 1) / dpp;
