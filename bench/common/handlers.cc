@@ -1,0 +1,82 @@
+// The benchmark request handlers.
+#include "common/handlers.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "common/args.h"
+
+namespace bench {
+
+// The size in a kSizedRespType request is little-endian and copied as is.
+static_assert(std::endian::native == std::endian::little, "the benchmarks assume little-endian");
+
+namespace {
+
+void count_request(rpc::ReqHandle& h) {
+  auto* counters = static_cast<ServerCounters*>(h.context());
+  if (counters == nullptr) return;
+  counters->requests.store(counters->requests.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
+}
+
+// Sends `size` bytes, the first min(size, src_size) copied from src. Small
+// responses go in the preallocated buffer; larger ones in a buffer the Rpc
+// takes ownership of.
+void respond(rpc::ReqHandle& h, std::size_t size, const std::uint8_t* src, std::size_t src_size) {
+  rpc::MsgBuffer& pre = h.pre_resp_buffer();
+  const std::size_t copy = std::min(size, src_size);
+  if (size <= pre.max_size()) {
+    if (copy != 0) std::memcpy(pre.data(), src, copy);
+    pre.resize(size);
+    h.rpc().enqueue_response(h, pre);
+    return;
+  }
+  rpc::MsgBuffer resp = h.rpc().alloc_msg_buffer(size);
+  if (!resp.valid()) {
+    // Out of memory (or too large): answer with an empty response; the
+    // client reports the size mismatch.
+    pre.resize(0);
+    h.rpc().enqueue_response(h, pre);
+    return;
+  }
+  if (copy != 0) std::memcpy(resp.data(), src, copy);
+  h.rpc().enqueue_response(h, resp);
+}
+
+}  // namespace
+
+void echo_handler(rpc::ReqHandle& h) {
+  count_request(h);
+  const rpc::MsgBuffer& req = h.request();
+  respond(h, req.size(), req.data(), req.size());
+}
+
+void sized_resp_handler(rpc::ReqHandle& h) {
+  count_request(h);
+  const rpc::MsgBuffer& req = h.request();
+  std::uint32_t wanted = 0;
+  if (req.size() >= kSizedRespHeaderBytes) {
+    std::memcpy(&wanted, req.data(), kSizedRespHeaderBytes);
+  }
+  respond(h, std::min<std::size_t>(wanted, h.rpc().max_msg_size()), req.data(), req.size());
+}
+
+void register_bench_handlers(rpc::Nexus& nexus) {
+  if (auto r = nexus.register_handler(kEchoType, echo_handler); !r) throw RunError(r.error());
+  if (auto r = nexus.register_handler(kSizedRespType, sized_resp_handler); !r) {
+    throw RunError(r.error());
+  }
+}
+
+void set_wanted_resp_size(rpc::MsgBuffer& req, std::uint32_t resp_size) {
+  std::memcpy(req.data(), &resp_size, kSizedRespHeaderBytes);
+}
+
+void fill_pattern(rpc::MsgBuffer& buf) {
+  for (std::size_t k = 0; k < buf.size(); ++k)
+    buf.data()[k] = static_cast<std::uint8_t>('a' + k % 26);
+}
+
+}  // namespace bench

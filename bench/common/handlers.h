@@ -1,0 +1,44 @@
+// The request handlers every benchmark server registers, so that one server
+// process can serve latency, small_rpc_tput and large_rpc_tput clients.
+// Both run in the server's event loop (foreground) and count what they
+// handle in the ServerCounters their Rpc's RpcConfig::context points to.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "rpc/rpc_all.h"
+
+namespace bench {
+
+// The response is a copy of the request, same size.
+inline constexpr rpc::ReqType kEchoType = 1;
+// The response is N bytes, N being the little-endian uint32 in the request's
+// first kSizedRespHeaderBytes (see set_wanted_resp_size()).
+inline constexpr rpc::ReqType kSizedRespType = 2;
+inline constexpr std::size_t kSizedRespHeaderBytes = 4;
+
+// Requests handled by one server Rpc. Written by that Rpc's thread only, read
+// by any thread: a relaxed load and store, no read-modify-write, keeps the
+// handler's cost at one plain store. On a cache line of its own so that
+// servers on different cores do not share it.
+struct alignas(64) ServerCounters {
+  std::atomic<std::uint64_t> requests{0};
+};
+
+void echo_handler(rpc::ReqHandle& h);
+void sized_resp_handler(rpc::ReqHandle& h);
+
+// Registers both handlers. REQUIRES: no Rpc created on the Nexus yet.
+// Throws RunError.
+void register_bench_handlers(rpc::Nexus& nexus);
+
+// Asks a kSizedRespType server for a response of resp_size bytes.
+// REQUIRES: req.size() >= kSizedRespHeaderBytes.
+void set_wanted_resp_size(rpc::MsgBuffer& req, std::uint32_t resp_size);
+
+// Fills a request with a recognisable pattern ('a'..'z').
+void fill_pattern(rpc::MsgBuffer& buf);
+
+}  // namespace bench
