@@ -1,0 +1,842 @@
+#!/usr/bin/env python3
+"""Writes docs/benchmarks.md and docs/benchmarks/*.png from a results directory
+of bench/compare/run.sh.
+
+    python3 bench/compare/report.py RESULTS_DIR [--md FILE] [--png-dir DIR]
+
+RESULTS_DIR holds one bench/compare/SCHEMA.md JSON file per step (or a
+directory of them for the peer scripts), steps.tsv (what run.sh ran and how
+each step ended), commands.txt and machine.txt. The "## Analysis" section is
+copied from bench/compare/analysis.md when that file exists, so regenerating
+the report keeps it. Needs python3 and matplotlib only.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Targets of the project (docs/benchmarks.md "Targets").
+LATENCY_TARGET = 1.2   # librpc udp p50 <= 1.2 x raw UDP ping-pong p50
+RATE_VS_RAW = 0.7      # librpc best-window rps >= 0.7 x raw udp_echo at that window
+RATE_VS_GRPC = 20.0    # ... and >= 20 x the best gRPC configuration
+GOODPUT_TARGET = 0.6   # librpc 8 MiB goodput >= 0.6 x raw udp_stream
+GOODPUT_TARGET_SIZE = 8 << 20
+INSTR_TARGET = 1500    # instructions per 32-byte RPC < 1500
+
+BUSY_PCT = 15          # CPUs busier than this with other work before a step: flagged
+
+NAMES = {
+    "librpc": "librpc",
+    "raw_udp": "raw UDP",
+    "grpc_sync": "gRPC sync",
+    "grpc_async": "gRPC async",
+    "fi_pingpong": "libfabric fi_pingpong",
+    "ucx": "UCX ucx_perftest",
+}
+COLORS = {"librpc": "tab:blue", "raw_udp": "tab:gray", "grpc_sync": "tab:red",
+          "grpc_async": "tab:red"}
+
+# Rows the report expects, so that a missing one shows as failed / not run:
+# (role, step id, system, transport, aliases of the transport).
+EXPECTED = [
+    ("lat32", "a1", "raw_udp", "udp", ()),
+    ("lat32", "a2", "librpc", "udp", ()),
+    ("lat32", "a3", "grpc_sync", "tcp", ()),
+    ("lat32", "a4", "fi_pingpong", "udp", ()),
+    ("lat32", "a4", "fi_pingpong", "shm", ()),
+    ("lat32", "a4", "fi_pingpong", "tcp;ofi_rxm", ("tcp",)),
+    ("lat32", "a5", "ucx", "tcp", ()),
+    ("lat32", "a5", "ucx", "shm", ("posix", "sysv", "mm", "cma", "shm+self")),
+]
+
+
+# ---------------------------------------------------------------------------
+# Loading
+
+
+class Series:
+    """One JSON result file: a system on a transport doing one workload."""
+
+    def __init__(self, step, path, doc):
+        self.step = step
+        self.path = path
+        self.system = normalise_system(doc.get("system", "?"))
+        self.transport = doc.get("transport") or default_transport(self.system)
+        self.setup = doc.get("setup", "")
+        self.error = doc.get("error")
+        if "results" in doc:
+            self.results = list(doc["results"] or [])
+        else:  # a flat object: one point with the fields at the top level
+            self.results = [{k: v for k, v in doc.items()
+                             if k not in ("system", "transport", "workload", "setup")}]
+        self.workload = doc.get("workload") or infer_workload(self.results) or step["workload"]
+        if self.system == "?" and self.workload == "cpu":
+            self.system = "librpc"  # scripts/cpu_cost.sh measures librpc only
+        # What the numbers are used for: the latency sweep is its own kind, so
+        # its 32 B point does not mix with the 32 B latency runs.
+        self.kind = "sweep" if step["role"] == "sweep" else \
+            "lat32" if self.workload == "latency" else self.workload
+
+    @property
+    def name(self):
+        return NAMES.get(self.system, self.system)
+
+
+def normalise_system(system):
+    return "raw_udp" if system.startswith("raw_udp") else system
+
+
+def default_transport(system):
+    return {"raw_udp": "udp", "librpc": "udp", "grpc_sync": "tcp",
+            "grpc_async": "tcp"}.get(system, "?")
+
+
+def infer_workload(results):
+    if not results:
+        return None
+    keys = results[0].keys()
+    if "p50_us" in keys:
+        return "latency"
+    if "rps" in keys:
+        return "rate"
+    if "gbps" in keys:
+        return "goodput"
+    if "instructions_per_rpc" in keys:
+        return "cpu"
+    return None
+
+
+def read_steps(results_dir):
+    path = os.path.join(results_dir, "steps.tsv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def output_files(results_dir, step):
+    out = step.get("output") or ""
+    if not os.path.isabs(out):
+        # run.sh records paths relative to the repository root.
+        candidate = os.path.join(ROOT, out)
+        out = candidate if os.path.exists(candidate) else \
+            os.path.join(results_dir, os.path.basename(out))
+    if os.path.isdir(out):
+        return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".json"))
+    return [out] if out.endswith(".json") and os.path.exists(out) else []
+
+
+def load(results_dir):
+    """Returns (steps, series): every step of steps.tsv, and the parsed
+    results of each. A step whose JSON cannot be used becomes failed."""
+    steps = read_steps(results_dir)
+    series = []
+    for step in steps:
+        step["reason"] = step.get("reason") or ""
+        if step["role"] == "setup":
+            continue
+        for path in output_files(results_dir, step):
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+                s = Series(step, path, doc)
+            except (OSError, ValueError, AttributeError, TypeError) as e:
+                mark_failed(step, f"unreadable JSON {os.path.basename(path)}: {e}")
+                continue
+            if s.error:
+                continue  # a wrapper's record of a failed sub-run: shown by expected_rows
+            if not s.results:
+                mark_failed(step, f"{os.path.basename(path)} has no results")
+                continue
+            series.append(s)
+    return steps, series
+
+
+def mark_failed(step, reason):
+    step["status"] = "failed"
+    step["reason"] = "; ".join(r for r in (step["reason"], reason) if r)
+
+
+def read_machine(results_dir):
+    info = {}
+    path = os.path.join(results_dir, "machine.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.rstrip("\n").partition("=")
+                info[key] = value
+    if not info.get("cpu_model"):
+        try:
+            with open("/proc/cpuinfo") as f:
+                info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in f
+                                         if l.startswith("model name"))
+        except (OSError, StopIteration):
+            info["cpu_model"] = platform.processor() or "?"
+    info.setdefault("cores", str(os.cpu_count()))
+    info.setdefault("kernel", " ".join(platform.uname()[i] for i in (0, 2, 4)))
+    info.setdefault("date", datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"))
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Selection helpers
+
+
+def find(series, kind, system, transport=None):
+    """All points of `system` (optionally on `transport`) of `kind` (Series.kind)."""
+    points = []
+    for s in series:
+        if s.kind == kind and s.system == system and \
+                (transport is None or s.transport == transport):
+            points.extend(r for r in s.results if isinstance(r, dict))
+    return points
+
+
+def first(series, kind, system, transport=None):
+    for s in series:
+        if s.kind == kind and s.system == system and \
+                (transport is None or s.transport == transport):
+            return s
+    return None
+
+
+def step_by_id(steps, step_id):
+    return next((s for s in steps if s["id"] == step_id), None)
+
+
+def status_text(step, missing_what="no result"):
+    """Why a row has no number: "failed: ...", "not run: ..."."""
+    if step is None:
+        return "not run: step missing from this run"
+    if step["status"] == "not_run":
+        return f"not run: {step['reason'] or 'skipped'}"
+    if step["status"] == "failed":
+        return f"failed: {step['reason'] or 'see ' + step['id'] + '.log'}"
+    return f"failed: {missing_what} (see {step['id']}.log)"
+
+
+def by_window(points):
+    return {int(p["window"]): p for p in points if "window" in p and p.get("rps") is not None}
+
+
+def p50_at(points, size):
+    return next((p for p in points if int(p.get("size", -1)) == size), None)
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+
+
+def fmt_us(x):
+    if x is None:
+        return "—"
+    return f"{x:.1f} µs" if x >= 100 else f"{x:.2f} µs"
+
+
+def fmt_rate(x):
+    if x is None:
+        return "—"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f} M req/s"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f} k req/s"
+    return f"{x:.0f} req/s"
+
+
+def fmt_gbps(x):
+    return "—" if x is None else f"{x:.2f} Gbit/s"
+
+
+def fmt_ratio(x, what=""):
+    return "—" if x is None else f"{x:.2f}× {what}".rstrip()
+
+
+def fmt_num(x):
+    return "—" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def fmt_size(n):
+    n = int(n)
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    if n >= 1 << 10 and n % (1 << 10) == 0:
+        return f"{n >> 10} KiB"
+    return f"{n} B"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Summary table
+
+
+def latency_rows(steps, series):
+    raw = first(series, "lat32", "raw_udp")
+    raw_p50 = raw.results[0].get("p50_us") if raw else None
+    rows, seen = [], set()
+    for _, step_id, system, transport, aliases in EXPECTED:
+        matches = [s for s in series if s.kind == "lat32" and s.system == system and
+                   (s.transport == transport or s.transport in aliases)]
+        step = step_by_id(steps, step_id)
+        if not matches:
+            rows.append([NAMES[system], transport, "latency", "32 B, 1 outstanding",
+                         status_text(step, f"no {transport} result"), "—"])
+        for s in matches:
+            seen.add(id(s))
+            rows.append(latency_row(s, raw_p50))
+    for s in series:  # anything the wrappers measured beyond the expected rows
+        if s.kind == "lat32" and id(s) not in seen:
+            rows.append(latency_row(s, raw_p50))
+    return rows
+
+
+def latency_row(s, raw_p50):
+    p = p50_at(s.results, 32) or s.results[0]
+    if s.system == "fi_pingpong":  # reports a mean only; its wrapper stores it as p50_us
+        text = f"mean {fmt_us(p.get('p50_us'))} (no percentiles)"
+    else:
+        text = f"p50 {fmt_us(p.get('p50_us'))}"
+        if p.get("p99_us") is not None:
+            text += f", p99 {fmt_us(p.get('p99_us'))}"
+    limit = "1.00× (the limit)" if s.system == "raw_udp" else \
+        fmt_ratio(ratio(p.get("p50_us"), raw_p50), "raw UDP p50")
+    return [s.name, s.transport, "latency", f"{fmt_size(p.get('size', 32))}, 1 outstanding",
+            text, limit]
+
+
+def rate_rows(steps, series):
+    raw = by_window(find(series, "rate", "raw_udp"))
+    rows = []
+    for system, prefix in (("raw_udp", "b1"), ("librpc", "b2"), ("grpc_async", "b3")):
+        points = by_window(find(series, "rate", system))
+        found = first(series, "rate", system)
+        transport = found.transport if found else default_transport(system)
+        windows = sorted(set(points) | {1, 8, 32, 128})
+        for w in windows:
+            p = points.get(w)
+            if p is None:
+                step = step_by_id(steps, f"{prefix}_w{w}") or step_by_id(steps, prefix)
+                rows.append([NAMES[system], transport, "rate", f"32 B, window {w}",
+                             status_text(step, f"no window {w} result"), "—"])
+                continue
+            limit = "1.00× (the limit)" if system == "raw_udp" else fmt_ratio(
+                ratio(p["rps"], raw.get(w, {}).get("rps")), f"raw UDP echo, window {w}")
+            rows.append([NAMES[system], transport, "rate", f"{fmt_size(p.get('size', 32))}, window {w}",
+                         fmt_rate(p["rps"]), limit])
+    for s in series:  # the peers' own rate tests (ucx_perftest: a one-way stream)
+        if s.kind == "rate" and s.system not in ("raw_udp", "librpc", "grpc_async"):
+            for p in s.results:
+                point = f"{fmt_size(p.get('size', 32))}, " + \
+                    (f"window {p['window']}" if "window" in p else "one-way stream, no responses")
+                limit = fmt_ratio(ratio(p.get("rps"), raw.get(p["window"], {}).get("rps")),
+                                  f"raw UDP echo, window {p['window']}") if "window" in p else \
+                    "— (messages, not RPCs)"
+                rows.append([s.name, s.transport, "rate", point,
+                             fmt_rate(p.get("rps")).replace("req/s", "msg/s"), limit])
+    return rows
+
+
+def goodput_rows(steps, series):
+    rows = []
+    raw = find(series, "goodput", "raw_udp")
+    raw_gbps = raw[0].get("gbps") if raw else None
+    if raw:
+        rows.append(["raw UDP", "udp", "goodput", f"{fmt_size(raw[0].get('size', 1472))} datagrams",
+                     fmt_gbps(raw_gbps), "1.00× (the limit)"])
+    else:
+        rows.append(["raw UDP", "udp", "goodput", "1472 B datagrams",
+                     status_text(step_by_id(steps, "c1")), "—"])
+    librpc = sorted(find(series, "goodput", "librpc"), key=lambda p: int(p.get("size", 0)))
+    if not librpc:
+        rows.append(["librpc", "udp", "goodput", "4 KiB .. 8 MiB",
+                     status_text(step_by_id(steps, "c2")), "—"])
+        return rows
+    for p in librpc:
+        rows.append(["librpc", "udp", "goodput", f"{fmt_size(p['size'])} messages",
+                     fmt_gbps(p.get("gbps")), fmt_ratio(ratio(p.get("gbps"), raw_gbps), "raw UDP stream")])
+    if not any(int(p["size"]) == GOODPUT_TARGET_SIZE for p in librpc):
+        rows.append(["librpc", "udp", "goodput", "8 MiB messages",
+                     status_text(step_by_id(steps, "c2"), "no 8 MiB result"), "—"])
+    for s in peer_goodput(series):
+        for p in s.results:
+            rows.append([s.name, s.transport, "goodput", f"{fmt_size(p.get('size', 0))} messages",
+                         fmt_gbps(p.get("gbps")),
+                         fmt_ratio(ratio(p.get("gbps"), raw_gbps), "raw UDP stream")])
+    return rows
+
+
+def peer_goodput(series):
+    """Goodput series of the peers (ucx_perftest's 8 MiB stream)."""
+    return [s for s in series if s.kind == "goodput" and s.system not in ("raw_udp", "librpc")]
+
+
+def cpu_rows(steps, series):
+    s = first(series, "cpu", "librpc")
+    if s is None:
+        return [["librpc", "udp", "CPU cost", "32 B RPC, client + server",
+                 status_text(step_by_id(steps, "d1")), "—"]]
+    n = s.results[0].get("instructions_per_rpc")
+    return [["librpc", "udp", "CPU cost", f"{fmt_size(s.results[0].get('size', 32))} RPC, client + server",
+             f"{n} instructions/RPC", f"target < {INSTR_TARGET}"]]
+
+
+# ---------------------------------------------------------------------------
+# Targets
+
+
+def targets(steps, series):
+    rows = []
+    raw = first(series, "lat32", "raw_udp")
+    lib = first(series, "lat32", "librpc", "udp")
+    raw_p50 = raw.results[0].get("p50_us") if raw else None
+    lib_p50 = (p50_at(lib.results, 32) or lib.results[0]).get("p50_us") if lib else None
+    if raw_p50 and lib_p50:
+        r = lib_p50 / raw_p50
+        rows.append(["librpc udp p50 latency ≤ 1.2 × raw UDP p50 (32 B)", verdict(r <= LATENCY_TARGET),
+                     f"{fmt_us(lib_p50)} vs {fmt_us(raw_p50)}: {r:.2f}× (limit {LATENCY_TARGET}×)"])
+    else:
+        rows.append(["librpc udp p50 latency ≤ 1.2 × raw UDP p50 (32 B)", "not measured",
+                     missing_why(steps, [("a2", lib_p50), ("a1", raw_p50)])])
+    rows += rate_targets(steps, series)
+    rows.append(goodput_target(steps, series))
+    rows.append(cpu_target(steps, series))
+    return rows
+
+
+def rate_targets(steps, series):
+    lib = by_window(find(series, "rate", "librpc"))
+    raw = by_window(find(series, "rate", "raw_udp"))
+    grpc = [p for p in find(series, "rate", "grpc_async") + find(series, "rate", "grpc_sync")
+            if p.get("rps") is not None]
+    what_raw = "librpc rate (1 client, 1 server thread, best window) ≥ 0.7 × raw UDP echo at that window"
+    what_grpc = "librpc rate (best window) ≥ 20 × best gRPC configuration"
+    if not lib:
+        why = missing_why(steps, [("b2_w8", None)])
+        return [[what_raw, "not measured", why], [what_grpc, "not measured", why]]
+    w, best = max(lib.items(), key=lambda kv: kv[1]["rps"])
+    rows = []
+    if w in raw:
+        r = best["rps"] / raw[w]["rps"]
+        rows.append([what_raw, verdict(r >= RATE_VS_RAW),
+                     f"window {w}: {fmt_rate(best['rps'])} vs {fmt_rate(raw[w]['rps'])}: "
+                     f"{r:.2f}× (target ≥ {RATE_VS_RAW}×)"])
+    else:
+        rows.append([what_raw, "not measured", f"no raw UDP echo result at window {w}: " +
+                     missing_why(steps, [(f"b1_w{w}", None)])])
+    if grpc:
+        g = max(grpc, key=lambda p: p["rps"])
+        r = best["rps"] / g["rps"]
+        rows.append([what_grpc, verdict(r >= RATE_VS_GRPC),
+                     f"{fmt_rate(best['rps'])} (window {w}) vs gRPC {fmt_rate(g['rps'])} "
+                     f"(outstanding {g.get('window', '?')}): {r:.1f}× (target ≥ {RATE_VS_GRPC:.0f}×)"])
+    else:
+        rows.append([what_grpc, "not measured", missing_why(steps, [("b3", None)])])
+    return rows
+
+
+def goodput_target(steps, series):
+    what = "librpc 8 MiB goodput ≥ 0.6 × raw UDP stream"
+    raw = find(series, "goodput", "raw_udp")
+    lib = [p for p in find(series, "goodput", "librpc") if int(p.get("size", 0)) == GOODPUT_TARGET_SIZE]
+    raw_gbps = raw[0].get("gbps") if raw else None
+    lib_gbps = lib[0].get("gbps") if lib else None
+    if raw_gbps and lib_gbps is not None:
+        r = lib_gbps / raw_gbps
+        return [what, verdict(r >= GOODPUT_TARGET),
+                f"{fmt_gbps(lib_gbps)} vs {fmt_gbps(raw_gbps)}: {r:.2f}× (target ≥ {GOODPUT_TARGET}×)"]
+    return [what, "not measured", missing_why(steps, [("c2", lib_gbps), ("c1", raw_gbps)])]
+
+
+def cpu_target(steps, series):
+    what = f"instructions per 32-byte RPC < {INSTR_TARGET}"
+    s = first(series, "cpu", "librpc")
+    n = s.results[0].get("instructions_per_rpc") if s else None
+    if n is None:
+        return [what, "not measured", missing_why(steps, [("d1", None)])]
+    return [what, verdict(n < INSTR_TARGET), f"{n} instructions (client + server, callgrind)"]
+
+
+def verdict(ok):
+    return "**met**" if ok else "**missed**"
+
+
+def missing_why(steps, needed):
+    """`needed`: (step id, value or None); explains the ones without a value."""
+    reasons = []
+    for step_id, value in needed:
+        if value is None:
+            step = step_by_id(steps, step_id)
+            label = step["label"] if step else step_id
+            reasons.append(f"{label}: {status_text(step)}")
+    return "; ".join(reasons) or "no data"
+
+
+# ---------------------------------------------------------------------------
+# Plots
+
+
+def pow2_formatter():
+    return FuncFormatter(lambda v, _: fmt_size(v) if v >= 1 else f"{v:g}")
+
+
+def plot_latency_cdf(series, path):
+    curves = []
+    for system, transport in (("librpc", "udp"), ("raw_udp", None), ("grpc_sync", None)):
+        s = first(series, "lat32", system, transport)
+        if s:
+            curves.append(s)
+    if not curves:
+        return "no 32 B latency results"
+    fig, (ax, tail) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for s in curves:
+        p = p50_at(s.results, 32) or s.results[0]
+        color = COLORS.get(s.system)
+        label = f"{s.name} ({s.transport})"
+        samples = sorted(p.get("samples_us") or [])
+        if samples:
+            n = len(samples)
+            ys = [(i + 0.5) / n for i in range(n)]
+            ax.step(samples, ys, where="post", color=color, label=label)
+            tail.step(samples, [1 - y for y in ys], where="post", color=color, label=label)
+        else:
+            qs = [(q, p.get(k)) for q, k in ((0.5, "p50_us"), (0.9, "p90_us"), (0.99, "p99_us"),
+                                              (0.999, "p999_us")) if p.get(k) is not None]
+            xs, ys = [x for _, x in qs], [q for q, _ in qs]
+            label += " (percentiles)"
+            ax.plot(xs, ys, "o--", color=color, label=label)
+            tail.plot(xs, [1 - y for y in ys], "o--", color=color, label=label)
+    for a in (ax, tail):
+        a.set_xscale("log")
+        a.set_xlabel("round-trip time (µs, log)")
+        a.grid(True, which="both", alpha=0.3)
+        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel("fraction of round trips ≤ x")
+    ax.set_ylim(0, 1.01)
+    ax.set_title("32 B round-trip latency, CDF")
+    tail.set_yscale("log")
+    tail.set_ylim(5e-4, 1)
+    tail.set_ylabel("fraction of round trips > x (log)")
+    tail.set_title("tail (1 − CDF)")
+    ax.legend(fontsize=8, loc="lower right")
+    save(fig, path)
+    return None
+
+
+def plot_rate(series, path):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    lines = {}
+    for system in ("raw_udp", "librpc", "grpc_async"):
+        points = by_window(find(series, "rate", system))
+        if points:
+            lines[system] = {w: p["rps"] for w, p in points.items()}
+    for system, style in (("raw_udp", "s--"), ("librpc", "o-"), ("grpc_async", "^-")):
+        if system not in lines:
+            continue
+        ws = sorted(lines[system])
+        ys = [lines[system][w] for w in ws]
+        ax.plot(ws, ys, style, color=COLORS.get(system), label=NAMES[system])
+        for w, y in zip(ws, ys):
+            # A value with a higher one close above it is labelled below its
+            # point, so labels of nearly equal rates do not overlap.
+            crowded = any(y < o[w] < 1.6 * y for o in lines.values() if w in o)
+            ax.annotate(fmt_rate(y).replace(" req/s", ""), (w, y), textcoords="offset points",
+                        xytext=(0, -13 if crowded else 6), ha="center", fontsize=7,
+                        color=COLORS.get(system))
+    plotted = bool(lines)
+    if not plotted:
+        plt.close(fig)
+        return "no rate results"
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([1, 2, 4, 8, 16, 32, 64, 128])
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_rate(v).replace(" req/s", "")))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.margins(y=0.12)  # room for the labels above the top points
+    ax.set_xlabel("requests outstanding (window)")
+    ax.set_ylabel("requests per second (log)")
+    ax.set_title("32 B request rate, 1 client thread, 1 server thread")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, path)
+    return None
+
+
+def plot_goodput(series, path):
+    lib = sorted((p for p in find(series, "goodput", "librpc") if p.get("gbps") is not None),
+                 key=lambda p: int(p["size"]))
+    raw = find(series, "goodput", "raw_udp")
+    if not lib and not raw:
+        return "no goodput results"
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    if lib:
+        ax.plot([int(p["size"]) for p in lib], [p["gbps"] for p in lib], "o-",
+                color=COLORS["librpc"], label="librpc (udp)")
+    if raw and raw[0].get("gbps") is not None:
+        g = raw[0]["gbps"]
+        ax.axhline(g, color=COLORS["raw_udp"], linestyle="--",
+                   label=f"raw UDP stream, {fmt_size(raw[0].get('size', 1472))} datagrams: {g:.2f} Gbit/s")
+        ax.axhline(g * GOODPUT_TARGET, color=COLORS["raw_udp"], linestyle=":",
+                   label=f"target: {GOODPUT_TARGET} × raw")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(pow2_formatter())
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("message size (request size; response is small)")
+    ax.set_ylabel("goodput (Gbit/s of payload)")
+    ax.set_title("Large-message goodput over loopback")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    plt.setp(ax.get_xticklabels(), rotation=30)
+    save(fig, path)
+    return None
+
+
+def plot_latency_size(series, path):
+    lib = sorted(find(series, "sweep", "librpc"), key=lambda p: int(p["size"]))
+    raw = sorted(find(series, "sweep", "raw_udp"), key=sweep_size)
+    if not lib and not raw:
+        return "no latency sweep results"
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, pts, color, marker in (("librpc (udp)", lib, COLORS["librpc"], "o"),
+                                     ("raw UDP ping-pong", raw, COLORS["raw_udp"], "s")):
+        if not pts:
+            continue
+        xs = [sweep_size(p) for p in pts]
+        ax.plot(xs, [p.get("p50_us") for p in pts], marker + "-", color=color, label=f"{name} p50")
+        ax.plot(xs, [p.get("p99_us") for p in pts], marker + ":", color=color, alpha=0.6,
+                label=f"{name} p99")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(pow2_formatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("request = response size")
+    ax.set_ylabel("round-trip time (µs, log)")
+    ax.set_title("Round-trip latency vs size, 1 outstanding")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=30)
+    save(fig, path)
+    return None
+
+
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Detail tables
+
+
+def latency_detail(series):
+    rows = []
+    for s in series:
+        if s.kind != "lat32":
+            continue
+        for p in s.results:
+            rows.append([s.name, s.transport, fmt_size(p.get("size", 0)), p.get("iters", "—"),
+                         *(fmt_us(p.get(k)) for k in ("p50_us", "p90_us", "p99_us", "p999_us",
+                                                      "max_us"))])
+    return md_table(["System", "Transport", "Size", "Iterations", "p50", "p90", "p99", "p99.9", "max"],
+                    rows) if rows else "_No results._"
+
+
+def sweep_detail(series):
+    lib = {int(p["size"]): p for p in find(series, "sweep", "librpc")}
+    raw = {sweep_size(p): p for p in find(series, "sweep", "raw_udp")}
+    if not lib and not raw:
+        return "_No results._"
+    rows = []
+    for size in sorted(set(lib) | set(raw)):
+        lp, rp = lib.get(size, {}), raw.get(size, {})
+        rows.append([fmt_size(size), fmt_us(lp.get("p50_us")), fmt_us(lp.get("p99_us")),
+                     fmt_us(rp.get("p50_us")), fmt_us(rp.get("p99_us")),
+                     fmt_ratio(ratio(lp.get("p50_us"), rp.get("p50_us")))])
+    return md_table(["Size", "librpc p50", "librpc p99", "raw UDP p50", "raw UDP p99",
+                     "librpc / raw p50"], rows)
+
+
+def sweep_size(p):
+    """Raw UDP stands in for 64 KiB with its largest datagram, 65507 B."""
+    return 65536 if int(p["size"]) == 65507 else int(p["size"])
+
+
+def rate_detail(series):
+    rows = []
+    for s in series:
+        if s.kind != "rate":
+            continue
+        for p in sorted(s.results, key=lambda p: p.get("window", 0)):
+            rows.append([s.name, s.transport, p.get("window", "—"), p.get("batch", "—"),
+                         p.get("client_threads", "—"), p.get("server_threads", "—"),
+                         fmt_num(p.get("duration_s")), p.get("requests", "—"),
+                         fmt_rate(p.get("rps")) if "window" in p else
+                         fmt_rate(p.get("rps")).replace("req/s", "msg/s")])
+    return md_table(["System", "Transport", "Window", "Batch", "Client threads", "Server threads",
+                     "Seconds", "Requests", "Rate"], rows) if rows else "_No results._"
+
+
+def setups(series):
+    seen, lines = set(), []
+    for s in series:
+        key = (s.name, s.transport, s.setup)
+        if s.setup and key not in seen:
+            seen.add(key)
+            lines.append(f"- {s.name} ({s.transport}, {s.workload}): {s.setup}")
+    return "\n".join(lines) or "_None recorded._"
+
+
+def steps_table(steps):
+    rows = []
+    for st in steps:
+        status = {"ok": "ok", "failed": "**failed**", "not_run": "not run"}.get(st["status"], st["status"])
+        busy = st.get("busy_pct") or ""
+        if busy.isdigit() and int(busy) > BUSY_PCT:
+            busy = f"**{busy}**"
+        rows.append([st["id"], st["label"], status, st.get("elapsed_s", ""), busy,
+                     st["reason"] or ""])
+    return md_table(["Step", "What", "Status", "Seconds", "CPU % busy with other work before",
+                     "Reason"], rows)
+
+
+# ---------------------------------------------------------------------------
+# The document
+
+
+def analysis_text():
+    path = os.path.join(ROOT, "bench", "compare", "analysis.md")
+    if not os.path.exists(path):
+        return ("_No analysis yet: write it in `bench/compare/analysis.md`; report.py copies "
+                "that file here each time it regenerates this page._")
+    with open(path) as f:
+        text = f.read().strip()
+    lines = text.splitlines()
+    if lines and lines[0].strip().lower().lstrip("#").strip() == "analysis":
+        text = "\n".join(lines[1:]).strip()
+    return text
+
+
+def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots):
+    rel_png = os.path.relpath(png_dir, os.path.dirname(md_path))
+    rel_results = os.path.relpath(results_dir, ROOT)
+    build = step_by_id(steps, "build")
+    parts = ["# Benchmarks: librpc against raw UDP, gRPC, libfabric and UCX", "",
+             "<!-- Generated by bench/compare/report.py from " + rel_results +
+             "; edit bench/compare/analysis.md for the Analysis section, not this file. -->", "",
+             "Generated by `bash bench/compare/run.sh` "
+             "(regenerate the page alone with "
+             f"`/usr/bin/python3 bench/compare/report.py {rel_results}`). "
+             "Every number is from one run on loopback (127.0.0.1) of the machine below; "
+             "client and server share it.", ""]
+    if machine.get("quick") == "1":
+        parts += ["> **Smoke run (`--quick`)**: every duration and iteration count was ~10× "
+                  "shorter than the full run; the numbers only show that everything runs.", ""]
+    if build and build["status"] == "failed":
+        parts += [f"> **The build failed** ({build['reason']}); the run used the binaries "
+                  "already in build/, which may be stale or missing.", ""]
+    busy = machine.get("cpu_busy_before_pct", "")
+    busy_steps = [f"{st['id']} ({st['busy_pct']}%)" for st in steps
+                  if (st.get("busy_pct") or "").isdigit() and int(st["busy_pct"]) > BUSY_PCT]
+    if busy_steps or (busy.isdigit() and int(busy) > BUSY_PCT):
+        parts += ["> **The machine was not idle**: other processes kept its CPUs busy just "
+                  "before " + (", ".join(busy_steps) if busy_steps else "the measurements") +
+                  ". Every program here busy-polls both cores, so those numbers are lower and "
+                  "noisier than on a quiet machine.", ""]
+    parts += ["## Machine", "",
+              f"- CPU: {machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+              f"- Kernel: {machine.get('kernel', '?')}" +
+              (f" ({machine['os']})" if machine.get("os") else ""),
+              f"- Date: {machine.get('date', '?')}",
+              f"- librpc: git {machine.get('git', '?')}, build {machine.get('buildtype', '?')}",
+              f"- CPU busy with other work just before measuring: {busy or '?'}%; "
+              f"load average at start / end: {machine.get('loadavg_start', '?')} / "
+              f"{machine.get('loadavg_end', '?')}", ""]
+    parts += ["## Summary", "",
+              "Ratios are to the limit of the path: latency p50 / raw UDP ping-pong p50; "
+              "rate / raw UDP echo at the same window; goodput / raw UDP stream. "
+              "A latency ratio above 1 or a rate or goodput ratio below 1 is overhead.", "",
+              md_table(["System", "Transport", "Workload", "Point", "Result", "vs limit of the path"],
+                       latency_rows(steps, series) + rate_rows(steps, series) +
+                       goodput_rows(steps, series) + cpu_rows(steps, series)), ""]
+    parts += ["## Targets", "",
+              md_table(["Target", "Verdict", "Numbers"], targets(steps, series)), ""]
+    parts += ["## Plots", ""]
+    for title, name, missing in plots:
+        parts += [f"### {title}", ""]
+        parts += [f"_Not plotted: {missing}._" if missing else f"![{title}]({rel_png}/{name})", ""]
+    parts += ["## Analysis", "", analysis_text(), ""]
+    parts += ["## Details", "", "### Latency, 32 B", "", latency_detail(series), "",
+              "### Latency vs size", "",
+              "Raw UDP's 64 KiB point is a 65507-byte datagram, the largest UDP carries. "
+              "librpc's sweep caps each size's run by time, so large sizes may have fewer "
+              "round trips than asked.", "",
+              sweep_detail(series), "", "### Rate", "", rate_detail(series), "",
+              "### Setups, as each program reported them", "", setups(series), ""]
+    parts += ["## How this was produced", "", "### Steps", "", steps_table(steps), "",
+              "### Commands, exactly as run (from the repository root)", "", "```",
+              read_text(os.path.join(results_dir, "commands.txt")).rstrip(), "```", ""]
+    with open(md_path, "w") as f:
+        f.write("\n".join(parts))
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return "(commands.txt missing)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results_dir")
+    ap.add_argument("--md", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    ap.add_argument("--png-dir", default=os.path.join(ROOT, "docs", "benchmarks"))
+    args = ap.parse_args()
+    results_dir = os.path.realpath(args.results_dir)  # "latest" is a symlink
+    if not os.path.isdir(results_dir):
+        sys.exit(f"report.py: {results_dir} is not a directory")
+    steps, series = load(results_dir)
+    os.makedirs(args.png_dir, exist_ok=True)
+    plots = []
+    for title, name, fn in (("Latency CDF, 32 B", "latency_cdf.png", plot_latency_cdf),
+                            ("Request rate vs window, 32 B", "rate_vs_window.png", plot_rate),
+                            ("Goodput vs message size", "goodput_vs_size.png", plot_goodput),
+                            ("Latency vs size", "latency_vs_size.png", plot_latency_size)):
+        path = os.path.join(args.png_dir, name)
+        missing = fn(series, path)
+        if missing and os.path.exists(path):
+            os.remove(path)  # a stale plot from an earlier run would mislead
+        plots.append((title, name, missing))
+    write_markdown(args.md, args.png_dir, results_dir, read_machine(results_dir), steps, series, plots)
+    print(f"report.py: wrote {os.path.relpath(args.md)} and {len(plots)} plots in "
+          f"{os.path.relpath(args.png_dir)}")
+
+
+if __name__ == "__main__":
+    main()

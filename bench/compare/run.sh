@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Runs every benchmark of the comparison back to back on loopback and writes
+# docs/benchmarks.md (+ docs/benchmarks/*.png) with bench/compare/report.py.
+#
+#   bash bench/compare/run.sh [--quick] [--no-install] [--no-build]
+#
+# --quick       smoke run: every duration and iteration count ~10x shorter
+# --no-install  skip the apt-get steps (scripts/install-deps.sh and friends)
+# --no-build    use the binaries in build/ as they are
+#
+# Results go to build/compare-results/<timestamp>/ (not committed): one JSON
+# file per step (bench/compare/SCHEMA.md), its log, commands.txt (every
+# command exactly as run), steps.tsv (status of every step, read by the
+# report) and machine.txt. A step that fails or times out is recorded and the
+# run goes on; the report shows it as "failed: reason". Regenerate the report
+# from a results directory with
+#   /usr/bin/python3 bench/compare/report.py build/compare-results/<timestamp>
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+
+quick=0
+do_install=1
+do_build=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-install) do_install=0 ;;
+    --no-build) do_build=0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+run_start=$(date +%s)
+build=build
+bench=$build/bench
+stamp=$(date -u +%Y%m%d-%H%M%S)
+out=$build/compare-results/$stamp
+[ "$quick" -eq 1 ] && out=$out-quick
+mkdir -p "$out" || exit 1
+ln -sfn "$(basename "$out")" "$build/compare-results/latest"
+commands=$out/commands.txt
+steps=$out/steps.tsv
+: > "$commands"
+printf 'id\trole\tworkload\tlabel\tstatus\trc\telapsed_s\toutput\treason\tbusy_pct\n' > "$steps"
+
+# ---------------------------------------------------------------------------
+# Sizes of the run. The full run takes ~3 minutes on a quiet 2-core machine;
+# on a busy one it also waits up to 60 s before starting and up to 10 s before
+# each step for other work to finish (~10 minutes at most).
+if [ "$quick" -eq 1 ]; then
+  lat_iters=20000; lat_warmup=1000      # 32 B latency points
+  sweep_iters=2000; sweep_warmup=200    # latency vs size, per size
+  sweep_cap_s=1.5                       # librpc: cap on each size's warmup and run
+  grpc_iters=2000; grpc_warmup=200
+  rate_s=0.5; rate_warmup_s=0.1         # per window
+  stream_s=0.5
+  large_s=0.5                           # per message size
+  cpu_n1=200; cpu_n2=400
+  quiet_wait_s=10; step_wait_s=0       # waits for other work to finish
+  # bench/peers/fi_pingpong.sh and ucx_perf.sh take their counts from the env.
+  peer_env=(ITERS=10000 LAT_ITERS=10000 LAT_WARMUP=1000 RATE_ITERS_TCP=100000
+            RATE_ITERS_SHM=1000000 BW_ITERS=50 RUN_TIMEOUT_S=60)
+else
+  lat_iters=200000; lat_warmup=10000
+  sweep_iters=20000; sweep_warmup=2000
+  sweep_cap_s=10
+  grpc_iters=20000; grpc_warmup=2000
+  rate_s=5; rate_warmup_s=0.5
+  stream_s=5
+  large_s=2
+  cpu_n1=2000; cpu_n2=4000
+  quiet_wait_s=60; step_wait_s=10
+  peer_env=(RUN_TIMEOUT_S=120)  # the scripts' own defaults otherwise
+fi
+windows=(1 8 32 128)
+sweep_sizes=(32 64 128 256 512 1024 2048 4096 8192 16384 32768 65536)
+large_sizes=4096,8192,16384,32768,65536,131072,262144,524288,1048576,2097152,4194304,8388608
+
+# Percentage of all CPUs busy over half a second, from /proc/stat.
+cpu_busy_pct() {
+  local s1 s2
+  s1=$(head -n 1 /proc/stat); sleep 0.5; s2=$(head -n 1 /proc/stat)
+  awk -v a="$s1" -v b="$s2" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); total = 0
+    for (i = 2; i <= 9; i++) total += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%d", (total > 0 ? 100 * (total - idle) / total : 0) }'
+}
+
+# Every benchmark busy-polls both cores, so other work (a build, another
+# benchmark) distorts it: wait up to $1 seconds for the machine to settle.
+# Prints the final busy percentage, which steps.tsv records per step.
+wait_for_quiet() {
+  local limit=$1 waited=0 busy
+  busy=$(cpu_busy_pct)
+  while [ "$busy" -gt 15 ] && [ "$waited" -lt "$limit" ]; do
+    echo "run.sh: CPUs ${busy}% busy with other work; waiting (${waited}/${limit} s)" >&2
+    sleep 2
+    waited=$((waited + 3))
+    busy=$(cpu_busy_pct)
+  done
+  [ "$busy" -gt 15 ] && echo "run.sh: WARNING: measuring on a busy machine (${busy}% busy)" >&2
+  echo "$busy"
+}
+
+# The command line as a shell would take it back: quotes only where needed.
+shell_words() {
+  local arg words=()
+  for arg in "$@"; do
+    if [[ "$arg" =~ ^[A-Za-z0-9_./,=:+@%-]+$ ]]; then words+=("$arg"); else words+=("$(printf '%q' "$arg")"); fi
+  done
+  printf '%s' "${words[*]}"
+}
+
+header() { printf '\n===== %s =====\n' "$*"; }
+
+# tsv field: no tabs or newlines.
+clean() { printf '%s' "$*" | tr '\t\n\r' '   ' | cut -c1-300; }
+
+# record ID ROLE WORKLOAD LABEL STATUS RC ELAPSED OUTPUT REASON [BUSY_PCT]
+record() {
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(clean "$4")" "$5" "$6" "$7" \
+    "$8" "$(clean "$9")" "${10:-}" >> "$steps"
+}
+
+# The reason a step failed, from its log: the last line that says so, else
+# the last non-empty line.
+failure_reason() {
+  local log=$1 line
+  line=$(grep -aiE 'error|fail|cannot|unable|not found|refused|abort|terminat|unanswered|what\(\)' "$log" \
+           2>/dev/null | tail -n 1)
+  [ -z "$line" ] && line=$(grep -av '^[[:space:]]*$' "$log" 2>/dev/null | tail -n 1)
+  printf '%s' "$line"
+}
+
+# step ID ROLE WORKLOAD TIMEOUT_S OUTPUT LABEL -- COMMAND...
+# OUTPUT is the JSON file (or, for the peer scripts, the directory) the
+# command writes. Runs COMMAND under timeout, logs it to ID.log and records
+# the outcome in steps.tsv.
+step() {
+  local id=$1 role=$2 workload=$3 limit=$4 output=$5 label=$6
+  shift 7
+  header "[$id] $label"
+  printf '[%s] timeout -k 10 %s %s\n' "$id" "$limit" "$(shell_words "$@")" >> "$commands"
+  echo "\$ $*"
+  # A program or script of the repository that is missing (not built, or
+  # not written yet) makes the step "not run" rather than failed.
+  local arg
+  for arg in "$@"; do
+    if [[ "$arg" =~ ^(build|bench|scripts)/ ]] && [[ "$arg" != "$out"* ]] && [ ! -e "$arg" ]; then
+      echo "not run: $arg does not exist"
+      record "$id" "$role" "$workload" "$label" not_run - 0 "$output" "$arg does not exist"
+      return 0
+    fi
+  done
+  local log=$out/$id.log t0 t1 rc elapsed busy
+  busy=$(wait_for_quiet "$step_wait_s")
+  t0=$(date +%s.%N)
+  timeout -k 10 "$limit" "$@" > >(tee "$log") 2>&1
+  rc=$?
+  wait  # for tee
+  t1=$(date +%s.%N)
+  elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  local status=ok reason=""
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    status=failed; reason="timed out after ${limit} s"
+  elif [ "$rc" -ne 0 ]; then
+    status=failed; reason="exit status $rc: $(failure_reason "$log")"
+  elif [ -d "$output" ]; then
+    compgen -G "$output/*.json" >/dev/null || { status=failed; reason="wrote no JSON file"; }
+  elif [ ! -s "$output" ]; then
+    status=failed; reason="exit status 0 but wrote no JSON file"
+  fi
+  [ "$status" = ok ] || echo "[$id] FAILED: $reason"
+  echo "[$id] ${elapsed} s"
+  record "$id" "$role" "$workload" "$label" "$status" "$rc" "$elapsed" "$output" "$reason" "$busy"
+}
+
+# ---------------------------------------------------------------------------
+header "setup: packages"
+if [ "$do_install" -eq 1 ]; then
+  bash scripts/install-deps.sh || echo "run.sh: scripts/install-deps.sh failed (continuing)"
+  if [ -f bench/peers/install-peer-deps.sh ]; then
+    bash bench/peers/install-peer-deps.sh || echo "run.sh: install-peer-deps.sh failed (continuing)"
+  else
+    echo "run.sh: bench/peers/install-peer-deps.sh not present, skipped"
+  fi
+  extra=()
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || extra+=(python3-matplotlib)
+  command -v valgrind >/dev/null || extra+=(valgrind)
+  command -v fi_pingpong >/dev/null || extra+=(libfabric-bin)
+  if [ ${#extra[@]} -gt 0 ]; then
+    echo "run.sh: installing ${extra[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${extra[@]}" ||
+      echo "run.sh: apt-get install ${extra[*]} failed (continuing)"
+  fi
+else
+  echo "skipped (--no-install)"
+fi
+
+header "setup: build"
+build_status=skipped
+if [ "$do_build" -eq 1 ]; then
+  if [ ! -f "$build/build.ninja" ]; then
+    echo "\$ meson setup $build --buildtype=release"
+    meson setup "$build" --buildtype=release 2>&1 | tee "$out/build.log"
+  else
+    # New subdirs (peers, baselines) need the existing build to reconfigure,
+    # which ninja does by itself.
+    echo "run.sh: reusing the configured $build/"
+  fi
+  echo "\$ ninja -C $build -k 0"
+  ninja -C "$build" -k 0 2>&1 | tee -a "$out/build.log" | grep -vE '^\[[0-9]+/[0-9]+\] ' | tail -n 40
+  if [ "${PIPESTATUS[0]}" -eq 0 ]; then
+    build_status=ok
+  else
+    build_status=failed
+    echo "run.sh: the build FAILED; running whatever binaries exist (see $out/build.log)"
+  fi
+fi
+record build setup - "build ($build, ninja -k 0)" "$build_status" - 0 "$out/build.log" \
+  "$([ "$build_status" = failed ] && failure_reason "$out/build.log")"
+
+header "setup: machine"
+busy=$(wait_for_quiet "$quiet_wait_s")
+# Machine, for the report.
+{
+  echo "cpu_busy_before_pct=$busy"
+  echo "cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "cores=$(nproc)"
+  echo "kernel=$(uname -srm)"
+  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+  echo "git=$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "buildtype=$(meson introspect --buildoptions "$build" 2>/dev/null | /usr/bin/python3 -c \
+    'import json,sys; o={x["name"]:x["value"] for x in json.load(sys.stdin)}; print(o["buildtype"], "-O"+str(o["optimization"]))' 2>/dev/null)"
+  echo "quick=$quick"
+  echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+# ---------------------------------------------------------------------------
+# a. Latency, 32 B, one request outstanding.
+step a1 lat32 latency 120 "$out/a1_raw_udp.json" "latency 32 B: raw UDP ping-pong" -- \
+  "$bench/baselines/udp_pingpong" --size 32 --iters "$lat_iters" --warmup "$lat_warmup" \
+  --json "$out/a1_raw_udp.json"
+step a2 lat32 latency 120 "$out/a2_librpc_udp.json" "latency 32 B: librpc over udp" -- \
+  "$bench/latency" --transport udp --sizes 32 --iters "$lat_iters" --warmup "$lat_warmup" \
+  --json "$out/a2_librpc_udp.json"
+step a3 lat32 latency 180 "$out/a3_grpc_sync.json" "latency 32 B: gRPC sync unary" -- \
+  "$bench/peers/grpc_echo" --api sync --size 32 --iters "$grpc_iters" --warmup "$grpc_warmup" \
+  --json "$out/a3_grpc_sync.json"
+mkdir -p "$out/a4_fi_pingpong" "$out/a5_ucx"
+step a4 lat32 latency 300 "$out/a4_fi_pingpong" "latency 32 B: libfabric fi_pingpong (udp, shm, tcp;ofi_rxm)" -- \
+  env "${peer_env[@]}" bash bench/peers/fi_pingpong.sh "$out/a4_fi_pingpong"
+step a5 lat32 latency 300 "$out/a5_ucx" "latency, rate and 8 MiB goodput: UCX ucx_perftest (tcp, shm)" -- \
+  env "${peer_env[@]}" bash bench/peers/ucx_perf.sh "$out/a5_ucx"
+
+# Latency vs size: librpc's sweep and raw UDP at the same sizes (a UDP
+# datagram carries at most 65507 bytes, so raw UDP's last point is 65507 B).
+step a6 sweep latency 300 "$out/a6_librpc_sweep.json" "latency vs size: librpc udp sweep 32 B..64 KiB" -- \
+  "$bench/latency" --transport udp --sweep --iters "$sweep_iters" --warmup "$sweep_warmup" \
+  --duration "$sweep_cap_s" --json "$out/a6_librpc_sweep.json"
+for s in "${sweep_sizes[@]}"; do
+  ds=$s; [ "$ds" -gt 65507 ] && ds=65507
+  step "a7_$s" sweep latency 60 "$out/a7_raw_udp_$s.json" "latency vs size: raw UDP ping-pong $ds B" -- \
+    "$bench/baselines/udp_pingpong" --size "$ds" --iters "$sweep_iters" --warmup "$sweep_warmup" \
+    --json "$out/a7_raw_udp_$s.json"
+done
+
+# ---------------------------------------------------------------------------
+# b. Rate, 32 B requests, 1 client thread, 1 server thread.
+rate_limit=$(awk -v d="$rate_s" 'BEGIN { printf "%d", d * 4 + 40 }')
+for w in "${windows[@]}"; do
+  step "b1_w$w" rate rate "$rate_limit" "$out/b1_raw_udp_w$w.json" "rate 32 B: raw UDP echo, window $w" -- \
+    "$bench/baselines/udp_echo" --size 32 --window "$w" --duration "$rate_s" \
+    --warmup-seconds "$rate_warmup_s" --json "$out/b1_raw_udp_w$w.json"
+done
+for w in "${windows[@]}"; do
+  step "b2_w$w" rate rate "$rate_limit" "$out/b2_librpc_w$w.json" "rate 32 B: librpc small_rpc_tput over udp, window $w" -- \
+    "$bench/small_rpc_tput" --transport udp --size 32 --window "$w" --duration "$rate_s" \
+    --json "$out/b2_librpc_w$w.json"
+done
+grpc_limit=$(awk -v d="$rate_s" -v n="${#windows[@]}" 'BEGIN { printf "%d", (d + 1) * n * 3 + 60 }')
+step b3 rate rate "$grpc_limit" "$out/b3_grpc_async.json" "rate 32 B: gRPC async unary, outstanding $(IFS=,; echo "${windows[*]}")" -- \
+  "$bench/peers/grpc_echo" --api async --size 32 --outstanding "$(IFS=,; echo "${windows[*]}")" \
+  --duration "$rate_s" --warmup-s "$rate_warmup_s" --json "$out/b3_grpc_async.json"
+
+# ---------------------------------------------------------------------------
+# c. Goodput.
+step c1 goodput goodput "$rate_limit" "$out/c1_raw_udp_stream.json" "goodput: raw UDP stream, 1472 B datagrams" -- \
+  "$bench/baselines/udp_stream" --datagram-size 1472 --duration "$stream_s" \
+  --warmup-seconds "$rate_warmup_s" --json "$out/c1_raw_udp_stream.json"
+large_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 12 * 3 + 60 }')
+step c2 goodput goodput "$large_limit" "$out/c2_librpc_large.json" "goodput: librpc large_rpc_tput over udp, 4 KiB..8 MiB" -- \
+  "$bench/large_rpc_tput" --transport udp --sizes "$large_sizes" --duration "$large_s" \
+  --json "$out/c2_librpc_large.json"
+
+# ---------------------------------------------------------------------------
+# d. CPU cost.
+step d1 cpu cpu 600 "$out/d1_cpu_cost.json" "CPU cost: instructions per 32-byte RPC (callgrind)" -- \
+  env JSON="$out/d1_cpu_cost.json" N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32
+
+echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
+
+# ---------------------------------------------------------------------------
+header "report"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+echo "\$ $py bench/compare/report.py $out"
+"$py" bench/compare/report.py "$out" || { echo "run.sh: report.py failed" >&2; exit 1; }
+echo
+echo "run.sh: $(( $(date +%s) - run_start )) s; results in $out; report in docs/benchmarks.md"
+column -t -s $'\t' "$steps" 2>/dev/null | cut -c1-160 || cat "$steps"
