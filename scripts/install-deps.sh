@@ -7,7 +7,7 @@ packages=(
   build-essential meson ninja-build pkg-config
   libfmt-dev libasio-dev catch2
   libibverbs-dev rdma-core libfabric-dev
-  clang iproute2 python3
+  clang libclang-rt-14-dev iproute2 python3
 )
 
 sudo_cmd=()

@@ -181,6 +181,13 @@ struct SmThread::State {
       RPC_LOG_DEBUG("sm message from {} dropped: {}", from.to_string(), to_string(status));
       return;
     }
+    // Every Nexus stamps a nonzero incarnation. A remote known only by
+    // incarnation 0 is never declared failed, so a forged connect carrying
+    // it would hold a session (and its buffers) forever.
+    if (msg.incarnation == 0) {
+      stats.rx_dropped++;
+      return;
+    }
     note_alive(from, msg.incarnation);
     if (msg.type == SmMsgType::kHeartbeat) return;
     if (msg.is_request()) {

@@ -135,6 +135,16 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
     return;
   }
   if (!slot.has_req || req_num > slot.req_num) {
+    // A client starts request R + kSessionReqWindow of a slot only after R
+    // completed, so a new request carries exactly the next number. One
+    // further ahead is forged or corrupt: taking it would make every real
+    // request of the slot look stale from then on.
+    const uint64_t expected =
+        slot.has_req ? (slot.req_num + kSessionReqWindow) & kReqNumMask : slot.req_num;
+    if (req_num != expected) {
+      stats_.drops.out_of_order++;
+      return;
+    }
     if (hdr.pkt_num() != 0) {  // the start of a new request was lost
       stats_.drops.out_of_order++;
       return;
@@ -146,6 +156,12 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
   const bool last_pkt = pkt_num + 1 == slot.req_pkts;
   switch (slot.state) {
     case ServerSlotState::kReceiving:
+      // Every packet of a request repeats its msg_size; a packet that claims
+      // another size would write past the buffer sized from packet 0.
+      if (hdr.msg_size() != slot.req_buf.size()) {
+        stats_.drops.bad_header++;
+        return;
+      }
       if (pkt_num == slot.req_rx) {
         std::copy_n(pkt + kPktHeaderBytes, data_len,
                     slot.req_buf.data() + pkt_num * caps_.max_data_per_pkt);

@@ -34,6 +34,7 @@ Session* RpcImpl::alloc_session(SessionRole role) {
     c.next_req_num = i;
     ServerSlot& v = s->sslots[i];
     v.session = s.get();
+    v.req_num = i;  // the first request number the slot expects
     ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
     if (role == SessionRole::kServer) {
       ReqHandleAccess::pre_resp(v.handle) = alloc_msg_buffer(caps_.max_data_per_pkt);

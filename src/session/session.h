@@ -85,6 +85,7 @@ struct ServerSlot {
   ServerSlotState state = ServerSlotState::kIdle;
   bool has_req = false;
   bool owns_req_buf = false;
+  // The current request's number; while !has_req, the number expected next.
   uint64_t req_num = 0;
   size_t req_pkts = 0;
   size_t req_rx = 0;       // request packets received in order

@@ -229,7 +229,8 @@ size_t FakeTransport::rx_burst(std::span<RxPacket> out) {
     // Larger than a ring buffer: a real NIC would drop it too.
     if (packet.bytes.size() > caps_.max_pkt_bytes) continue;
     std::vector<uint8_t>& buf = ring_[ring_head_];
-    std::memcpy(buf.data(), packet.bytes.data(), packet.bytes.size());
+    // An empty datagram has no data pointer, and memcpy from nullptr is UB.
+    if (!packet.bytes.empty()) std::memcpy(buf.data(), packet.bytes.data(), packet.bytes.size());
     out[count] = RxPacket{buf.data(), static_cast<uint32_t>(packet.bytes.size()), packet.src};
     ring_head_ = (ring_head_ + 1) % caps_.rx_ring_size;
     count++;

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs in test/fuzz/corpus/<target>/: valid packet
+headers, valid session-management messages and a few engine scenarios.
+Rerun after changing an input format; the files are committed."""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+PKT_MAGIC = 0xB
+REQ, RFR, EXPL_CR, RESP = 0, 1, 2, 3
+
+
+def pkt_hdr(ptype, req_type, msg_size, session, pkt_num, req_num, bulk=0, status=0):
+    w0 = req_type | (msg_size & 0xFFFFFF) << 8 | session << 32 | (pkt_num & 0x3FFF) << 48 | ptype << 62
+    w1 = (req_num & ((1 << 44) - 1)) | PKT_MAGIC << 44 | bulk << 48 | status << 49
+    return struct.pack('<QQ', w0, w1)
+
+
+SM_MAGIC, SM_VERSION, SM_BYTES = 0x4350524C, 1, 80
+
+
+def sm_msg(mtype, err=0, transport=1, client_rpc=0, server_rpc=1, routing=b'',
+           client_sn=0, server_sn=0xFFFF, incarnation=0x123456789A, token=0x1122334455667788,
+           version=SM_VERSION, length=SM_BYTES):
+    head = struct.pack('<IHHBBBBBBHH', SM_MAGIC, version, length, mtype, err, transport,
+                       client_rpc, server_rpc, len(routing), client_sn, server_sn)
+    inc = (incarnation & ((1 << 48) - 1)).to_bytes(6, 'little')
+    return head + inc + struct.pack('<Q', token) + routing.ljust(48, b'\0')
+
+
+def udp_routing(ip=(127, 0, 0, 1), port=40000):
+    return bytes(ip) + struct.pack('>H', port) + struct.pack('<H', 0x5544)
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), 'wb') as f:
+        f.write(data)
+
+
+def main():
+    # fuzz_pkt_hdr: [engine selector][16-byte header][data_len u16][20 bytes of make() args]
+    args = bytes(20)
+    t = 'fuzz_pkt_hdr'
+    write(t, 'req_single', b'\x01' + pkt_hdr(REQ, 1, 32, 0, 0, 8) + struct.pack('<H', 32) + args)
+    write(t, 'resp_multi_pkt1', b'\x01' + pkt_hdr(RESP, 1, 3000, 2, 1, 17) + struct.pack('<H', 1024) + args)
+    write(t, 'rfr', b'\x00' + pkt_hdr(RFR, 1, 0, 0, 3, 9) + struct.pack('<H', 0) + args)
+    write(t, 'expl_cr', b'\x02' + pkt_hdr(EXPL_CR, 1, 0, 0, 1, 9) + struct.pack('<H', 0) + args)
+    write(t, 'bulk_req', b'\x00' + pkt_hdr(REQ, 1, 1 << 20, 0, 0, 0, bulk=1) + struct.pack('<H', 16) + args)
+    # The byte image from docs/wire_format.md.
+    doc = bytes.fromhex('5A563412EFBE34D23412F0DEBCBA0300')
+    write(t, 'doc_example', b'\x01' + doc + struct.pack('<H', 0) + args)
+
+    # fuzz_sm_msg: one datagram each.
+    t = 'fuzz_sm_msg'
+    write(t, 'connect_req', sm_msg(1, routing=udp_routing()))
+    write(t, 'connect_resp', sm_msg(2, routing=udp_routing(port=40001), server_sn=3))
+    write(t, 'connect_refused', sm_msg(2, err=3))
+    write(t, 'disconnect_req', sm_msg(3, client_sn=1, server_sn=3))
+    write(t, 'heartbeat', sm_msg(5, transport=0, client_rpc=0, server_rpc=0))
+    write(t, 'other_version', sm_msg(1, version=2)[:32])
+
+    # fuzz_engine_rx: [echo_sel][b_sel] then datagrams [mode][len][bytes]
+    # (mode bits are documented in fuzz_engine_rx.cc).
+    t = 'fuzz_engine_rx'
+
+    def dgram(mode, data):
+        return bytes([mode, len(data)]) + data
+
+    payload = bytes(range(32))
+    # An intruder's well-formed request for session A: dropped (wrong source).
+    write(t, 'intruder_req', b'\x00\x00' + dgram(0x04 | 0x08, pkt_hdr(REQ, 1, 32, 0, 0, 0) + payload))
+    # A forged first packet of a 3-packet request on B, then its next packet.
+    write(t, 'forged_multi_b', b'\x06\x00' +
+          dgram(0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40, pkt_hdr(REQ, 1, 300, 0, 0, 1) + bytes(112)) +
+          dgram(0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40, pkt_hdr(REQ, 1, 300, 0, 1, 1) + bytes(112)))
+    # B has a request in flight; a forged response for its live number.
+    write(t, 'forged_resp_b', b'\x01\x03' +
+          dgram(0x01 | 0x02 | 0x04 | 0x10 | 0x20 | 0x40, pkt_hdr(RESP, 1, 1, 0, 0, 0) + b'\x5a'))
+    # A forged bulk control packet aimed at a registered buffer.
+    ctrl = struct.pack('<QII', 0x101, 0, 64)
+    write(t, 'forged_bulk_b', b'\x02\x00' +
+          dgram(0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40, pkt_hdr(REQ, 1, 64, 0, 0, 1, bulk=1) + ctrl))
+    # Truncated and empty datagrams to both ends.
+    write(t, 'short', b'\x03\x00' + dgram(0x00, b'\x0b' * 8) + dgram(0x03, b'') + dgram(0x41, b'\xff' * 15))
+
+
+if __name__ == '__main__':
+    main()
