@@ -160,8 +160,10 @@ Result<bool> RpcImpl::destroy_session(SessionNum sn) {
   return true;
 }
 
+// The disconnect carries the token of the connect that created the session,
+// and the server checks it: a late or retransmitted disconnect can then only
+// end that very session, never a newer one that reuses its numbers.
 void RpcImpl::send_disconnect(Session& session) {
-  session.sm_token = new_token();
   SmMsg m;
   m.type = SmMsgType::kDisconnectReq;
   m.transport = transport_kind_;
@@ -298,7 +300,8 @@ void RpcImpl::handle_disconnect_req(const SmDelivery& d) {
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   // Only the client that owns the session may end it.
   if (s == nullptr || s->is_client() || s->zombie || !(s->remote_nexus == d.from) ||
-      s->remote_rpc_id != m.client_rpc_id || s->remote_num != m.client_session_num) {
+      s->remote_rpc_id != m.client_rpc_id || s->remote_num != m.client_session_num ||
+      s->sm_token != m.token) {
     return send_sm_resp(m, d.from, SmErr::kInvalidSession, sn);
   }
   send_sm_resp(m, d.from, SmErr::kNone, sn);
@@ -352,6 +355,10 @@ void RpcImpl::handle_remote_failure(const NetAddr& remote, uint64_t incarnation)
     }
     if (s->state == SessionState::kConnected) {
       stats_.sessions_reset++;
+      // The server may be alive after all (a link that came back just as
+      // the timeout expired): ask it to free its end, or it would keep it
+      // until this process dies. Harmless when it is really gone.
+      send_disconnect(*s);
       s->state = SessionState::kDisconnectInProgress;
       fail_client_requests(*s, Errc::kSessionReset);
       free_session(*s);
