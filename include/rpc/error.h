@@ -18,14 +18,14 @@ namespace rpc {
 // enqueue_request when the request is refused before it is queued).
 enum class Errc : uint8_t {
   kOk = 0,
-  kInvalidSession,      // no such session on this Rpc
-  kSessionConnectFailed,// the session could not be connected
-  kSessionDestroyed,    // destroy_session() was called with the request outstanding
-  kSessionReset,        // the remote failed; the session was reset
-  kMsgTooLarge,         // the request exceeds the maximum message size
-  kRespBufferTooSmall,  // the response does not fit in the response buffer
-  kNoHandler,           // the server has no handler for this request type
-  kInvalidArgument,     // e.g. an unallocated MsgBuffer
+  kInvalidSession,        // no such session on this Rpc
+  kSessionConnectFailed,  // the session could not be connected
+  kSessionDestroyed,      // destroy_session() was called with the request outstanding
+  kSessionReset,          // the remote failed; the session was reset
+  kMsgTooLarge,           // the request exceeds the maximum message size
+  kRespBufferTooSmall,    // the response does not fit in the response buffer
+  kNoHandler,             // the server has no handler for this request type
+  kInvalidArgument,       // e.g. an unallocated MsgBuffer
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);
@@ -54,7 +54,7 @@ struct Failure {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(implicit)
+  Result(T value) : state_(std::move(value)) {}            // NOLINT(implicit)
   Result(Failure failure) : state_(std::move(failure)) {}  // NOLINT(implicit)
 
   bool has_value() const { return state_.index() == 0; }

@@ -87,8 +87,8 @@ class RPC_EXPORT Rpc {
   // runs; the response is written into resp (resized to the response size).
   // Returns kOk when queued (the continuation will run exactly once), or an
   // error and does nothing (the continuation will not run).
-  Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req,
-                       MsgBuffer& resp, Continuation cont, void* tag) noexcept;
+  Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                       Continuation cont, void* tag) noexcept;
   // Sends the response for a request. resp is either the handle's
   // pre_resp_buffer() or a buffer from alloc_msg_buffer(), which the Rpc
   // then owns and frees. Callable from the handler, later (deferred), from

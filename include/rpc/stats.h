@@ -8,20 +8,20 @@ namespace rpc {
 
 // Why a received datapath packet was dropped.
 struct DropCounters {
-  uint64_t too_short = 0;         // shorter than a header
-  uint64_t bad_magic = 0;         // magic nibble wrong
-  uint64_t bad_header = 0;        // impossible field values (size, pkt_num)
-  uint64_t unknown_session = 0;   // no such session, or not connected
-  uint64_t wrong_source = 0;      // sender is not the session's peer
-  uint64_t stale = 0;             // old req_num or duplicate packet
-  uint64_t out_of_order = 0;      // ahead of the next expected packet
-  uint64_t busy = 0;              // the slot cannot take it now
+  uint64_t too_short = 0;        // shorter than a header
+  uint64_t bad_magic = 0;        // magic nibble wrong
+  uint64_t bad_header = 0;       // impossible field values (size, pkt_num)
+  uint64_t unknown_session = 0;  // no such session, or not connected
+  uint64_t wrong_source = 0;     // sender is not the session's peer
+  uint64_t stale = 0;            // old req_num or duplicate packet
+  uint64_t out_of_order = 0;     // ahead of the next expected packet
+  uint64_t busy = 0;             // the slot cannot take it now
 };
 
 struct SessionStats {
   uint64_t tx_pkts = 0;
   uint64_t rx_pkts = 0;
-  uint64_t retransmissions = 0;   // slot rollbacks after an RTO
+  uint64_t retransmissions = 0;  // slot rollbacks after an RTO
   uint64_t requests_completed = 0;
 };
 
@@ -30,14 +30,14 @@ struct RpcStats {
   uint64_t rx_pkts = 0;
   uint64_t tx_dropped_injected = 0;  // dropped by drop_tx_fraction
   uint64_t retransmissions = 0;
-  uint64_t requests_completed = 0;   // client side
-  uint64_t handlers_run = 0;         // server side
-  uint64_t duplicate_requests = 0;   // answered from a slot's cache
+  uint64_t requests_completed = 0;  // client side
+  uint64_t handlers_run = 0;        // server side
+  uint64_t duplicate_requests = 0;  // answered from a slot's cache
   uint64_t bulk_reads = 0;
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
-  uint64_t sessions_reset = 0;       // reset because the remote failed
-  uint64_t sm_refused = 0;           // connects this Rpc refused
+  uint64_t sessions_reset = 0;  // reset because the remote failed
+  uint64_t sm_refused = 0;      // connects this Rpc refused
   DropCounters drops;
 };
 

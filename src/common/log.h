@@ -27,13 +27,13 @@ void log_line(LogLevel level, fmt::format_string<Args...> format, Args&&... args
 
 }  // namespace rpc::detail
 
-#define RPC_LOG(level_int, level_enum, ...)                                              \
-  do {                                                                                   \
-    if constexpr ((level_int) <= RPC_LOG_FLOOR) {                                        \
-      if (::rpc::detail::runtime_log_level() >= ::rpc::detail::LogLevel::level_enum) {   \
-        ::rpc::detail::log_line(::rpc::detail::LogLevel::level_enum, __VA_ARGS__);       \
-      }                                                                                  \
-    }                                                                                    \
+#define RPC_LOG(level_int, level_enum, ...)                                            \
+  do {                                                                                 \
+    if constexpr ((level_int) <= RPC_LOG_FLOOR) {                                      \
+      if (::rpc::detail::runtime_log_level() >= ::rpc::detail::LogLevel::level_enum) { \
+        ::rpc::detail::log_line(::rpc::detail::LogLevel::level_enum, __VA_ARGS__);     \
+      }                                                                                \
+    }                                                                                  \
   } while (0)
 
 #define RPC_LOG_ERROR(...) RPC_LOG(0, kError, __VA_ARGS__)
@@ -43,11 +43,11 @@ void log_line(LogLevel level, fmt::format_string<Args...> format, Args&&... args
 #define RPC_LOG_TRACE(...) RPC_LOG(4, kTrace, __VA_ARGS__)
 
 // Invariant check that stays on in release builds.
-#define RPC_ASSERT(cond, msg)                                                   \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]] {                                                 \
-      ::rpc::detail::assert_failed(#cond, msg, __FILE__, __LINE__);             \
-    }                                                                           \
+#define RPC_ASSERT(cond, msg)                                       \
+  do {                                                              \
+    if (!(cond)) [[unlikely]] {                                     \
+      ::rpc::detail::assert_failed(#cond, msg, __FILE__, __LINE__); \
+    }                                                               \
   } while (0)
 
 namespace rpc::detail {

@@ -43,8 +43,8 @@ Result<NetAddr> parse_uri(const std::string& uri, bool allow_port_zero) {
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || res == nullptr) {
-    return Failure{fmt::format("cannot resolve host '{}' of URI '{}': {}", host, uri,
-                               gai_strerror(rc))};
+    return Failure{
+        fmt::format("cannot resolve host '{}' of URI '{}': {}", host, uri, gai_strerror(rc))};
   }
   addr.ipv4 = ntohl(reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
   freeaddrinfo(res);

@@ -10,41 +10,64 @@ namespace rpc {
 
 std::string_view to_string(Errc errc) {
   switch (errc) {
-    case Errc::kOk: return "ok";
-    case Errc::kInvalidSession: return "invalid session";
-    case Errc::kSessionConnectFailed: return "session connect failed";
-    case Errc::kSessionDestroyed: return "session destroyed";
-    case Errc::kSessionReset: return "session reset";
-    case Errc::kMsgTooLarge: return "message too large";
-    case Errc::kRespBufferTooSmall: return "response buffer too small";
-    case Errc::kNoHandler: return "no handler for request type";
-    case Errc::kInvalidArgument: return "invalid argument";
+    case Errc::kOk:
+      return "ok";
+    case Errc::kInvalidSession:
+      return "invalid session";
+    case Errc::kSessionConnectFailed:
+      return "session connect failed";
+    case Errc::kSessionDestroyed:
+      return "session destroyed";
+    case Errc::kSessionReset:
+      return "session reset";
+    case Errc::kMsgTooLarge:
+      return "message too large";
+    case Errc::kRespBufferTooSmall:
+      return "response buffer too small";
+    case Errc::kNoHandler:
+      return "no handler for request type";
+    case Errc::kInvalidArgument:
+      return "invalid argument";
   }
   return "unknown error";
 }
 
 std::string_view to_string(SessionEvent event) {
   switch (event) {
-    case SessionEvent::kConnected: return "connected";
-    case SessionEvent::kConnectFailed: return "connect failed";
-    case SessionEvent::kDisconnected: return "disconnected";
-    case SessionEvent::kReset: return "reset";
+    case SessionEvent::kConnected:
+      return "connected";
+    case SessionEvent::kConnectFailed:
+      return "connect failed";
+    case SessionEvent::kDisconnected:
+      return "disconnected";
+    case SessionEvent::kReset:
+      return "reset";
   }
   return "unknown event";
 }
 
 std::string_view to_string(SmErr err) {
   switch (err) {
-    case SmErr::kNone: return "none";
-    case SmErr::kUnknownRpcId: return "no Rpc with that rpc_id at the remote";
-    case SmErr::kNoRingRoom: return "the remote has no RX ring room for another session";
-    case SmErr::kTooManySessions: return "the remote has too many sessions";
-    case SmErr::kTransportMismatch: return "the remote Rpc uses another transport";
-    case SmErr::kVersionMismatch: return "session-management version mismatch";
-    case SmErr::kInvalidRoutingInfo: return "invalid routing info";
-    case SmErr::kTimeout: return "no answer from the remote within the timeout";
-    case SmErr::kInvalidSession: return "no such session at the remote";
-    case SmErr::kRemoteFailed: return "the remote stopped answering heartbeats or restarted";
+    case SmErr::kNone:
+      return "none";
+    case SmErr::kUnknownRpcId:
+      return "no Rpc with that rpc_id at the remote";
+    case SmErr::kNoRingRoom:
+      return "the remote has no RX ring room for another session";
+    case SmErr::kTooManySessions:
+      return "the remote has too many sessions";
+    case SmErr::kTransportMismatch:
+      return "the remote Rpc uses another transport";
+    case SmErr::kVersionMismatch:
+      return "session-management version mismatch";
+    case SmErr::kInvalidRoutingInfo:
+      return "invalid routing info";
+    case SmErr::kTimeout:
+      return "no answer from the remote within the timeout";
+    case SmErr::kInvalidSession:
+      return "no such session at the remote";
+    case SmErr::kRemoteFailed:
+      return "the remote stopped answering heartbeats or restarted";
   }
   return "unknown reason";
 }

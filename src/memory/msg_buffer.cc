@@ -54,9 +54,5 @@ Allocation MsgBufferAccess::allocation_of(const MsgBuffer& m) {
   return {m.buf_, alloc_bytes(m.max_data_size_, m.data_per_pkt_), m.region_, m.size_class_};
 }
 
-
-
-
-
 }  // namespace detail
 }  // namespace rpc

@@ -233,8 +233,8 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     server_start_bulk_read(session, slot, pkt + kPktHeaderBytes);
     return;
   }
-  slot.req_pkts = std::max<size_t>(1, (msg_size + caps_.max_data_per_pkt - 1) /
-                                          caps_.max_data_per_pkt);
+  slot.req_pkts =
+      std::max<size_t>(1, (msg_size + caps_.max_data_per_pkt - 1) / caps_.max_data_per_pkt);
   const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
   if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground) {
     // Zero copy: the handler reads the request straight from the RX ring.
@@ -257,8 +257,8 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   slot.state = ServerSlotState::kReceiving;
-  tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0,
-                                slot.req_num));
+  tx_ctrl(session,
+          PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0, slot.req_num));
 }
 
 void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_type) {

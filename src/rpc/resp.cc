@@ -53,8 +53,8 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
   const auto status = static_cast<RespStatus>(slot.status);
   if (slot.resp_bulk) {
     uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
-    PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0,
-                 slot.req_num, true, status)
+    PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0, slot.req_num,
+                 true, status)
         .store(hdr);
     tx_enqueue(hdr, slot.bulk_ctrl.data(), sizeof(BulkCtrl), MsgBufferAccess::lkey(slot.bulk_ctrl),
                session);
@@ -71,8 +71,7 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
 
 void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
   ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
-  if (!slot.has_req || slot.req_num != hdr.req_num() ||
-      slot.state != ServerSlotState::kResponded) {
+  if (!slot.has_req || slot.req_num != hdr.req_num() || slot.state != ServerSlotState::kResponded) {
     stats_.drops.stale++;
     return;
   }

@@ -121,7 +121,9 @@ class RpcImpl {
   bool client_accept(ClientSlot& slot, size_t rx_index);
   ClientSlot* client_slot_for(Session& session, uint64_t req_num);
   // bulk.cc
-  bool use_bulk(size_t msg_size) const { return caps_.bulk && msg_size > config_.bulk_threshold_bytes; }
+  bool use_bulk(size_t msg_size) const {
+    return caps_.bulk && msg_size > config_.bulk_threshold_bytes;
+  }
   void fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload);
   void server_start_bulk_read(Session& session, ServerSlot& slot, const uint8_t* ctrl_data);
   void client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data);

@@ -11,8 +11,8 @@ bool RpcImpl::inject_drop() {
   return rng_state_ * 2685821657736338717ull < drop_threshold_;
 }
 
-void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len,
-                         uint32_t lkey, Session& session) {
+void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
+                         Session& session) {
   session.stats.tx_pkts++;
   stats_.tx_pkts++;
   if (drop_enabled_ && inject_drop()) {

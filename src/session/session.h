@@ -43,7 +43,7 @@ struct ClientSlot {
   uint8_t index = 0;
   bool active = false;
   bool in_stall_queue = false;
-  bool bulk_req = false;          // request sent as a bulk control packet
+  bool bulk_req = false;           // request sent as a bulk control packet
   bool bulk_resp_reading = false;  // response being pulled with a one-sided read
   ReqType req_type = 0;
   uint64_t req_num = 0;       // of the active (or last) request
@@ -88,14 +88,14 @@ struct ServerSlot {
   // The current request's number; while !has_req, the number expected next.
   uint64_t req_num = 0;
   size_t req_pkts = 0;
-  size_t req_rx = 0;       // request packets received in order
-  MsgBuffer req_buf;       // assembled request (owned when owns_req_buf)
+  size_t req_rx = 0;          // request packets received in order
+  MsgBuffer req_buf;          // assembled request (owned when owns_req_buf)
   MsgBuffer* resp = nullptr;  // response being served: &handle.pre_resp_ or &dyn_resp
-  MsgBuffer dyn_resp;      // a handler-allocated response, freed with the next request
-  MsgBuffer bulk_ctrl;     // 16-byte control payload (bulk transports)
+  MsgBuffer dyn_resp;         // a handler-allocated response, freed with the next request
+  MsgBuffer bulk_ctrl;        // 16-byte control payload (bulk transports)
   bool resp_bulk = false;
   ReqHandle handle;
-  uint8_t status = 0;      // RespStatus of the cached response
+  uint8_t status = 0;  // RespStatus of the cached response
 };
 
 struct BacklogEntry {
@@ -112,19 +112,19 @@ struct Session {
   SessionNum local_num = kInvalidSessionNum;
   SessionNum remote_num = kInvalidSessionNum;
   RpcId remote_rpc_id = 0;
-  NetAddr remote_nexus;       // session-management address of the peer
-  RoutingInfo remote_route;   // resolved
+  NetAddr remote_nexus;      // session-management address of the peer
+  RoutingInfo remote_route;  // resolved
   uint64_t remote_src_key = 0;
-  uint64_t sm_token = 0;      // of the connect request that created the session
+  uint64_t sm_token = 0;            // of the connect request that created the session
   uint64_t remote_incarnation = 0;  // of the remote Nexus, learned at connect
   bool holds_remote_ref = false;    // the Nexus watches remote_nexus for us
-  bool destroy_requested = false;  // destroyed while the connect was in flight
+  bool destroy_requested = false;   // destroyed while the connect was in flight
   size_t credits = kSessionCredits;
   std::array<ClientSlot, kSessionReqWindow> cslots;
   std::array<ServerSlot, kSessionReqWindow> sslots;
   std::deque<BacklogEntry> backlog;  // allocates only when the window is full
   size_t pending_handlers = 0;       // server: handlers not yet responded
-  bool zombie = false;  // server: disconnected, freed when pending_handlers hits 0
+  bool zombie = false;               // server: disconnected, freed when pending_handlers hits 0
   SessionStats stats;
 
   bool is_client() const { return role == SessionRole::kClient; }

@@ -21,9 +21,10 @@ Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
     return Failure{fmt::format("transport '{}': {}", config.transport, e.what())};
   }
   if (config.transport == "verbs" || config.transport == "fabric") {
-    return Failure{fmt::format("transport '{}' is not implemented in this build of librpc "
-                               "(available: udp, fake)",
-                               config.transport)};
+    return Failure{
+        fmt::format("transport '{}' is not implemented in this build of librpc "
+                    "(available: udp, fake)",
+                    config.transport)};
   }
   return Failure{fmt::format("unknown transport '{}' (available: udp, fake)", config.transport)};
 }

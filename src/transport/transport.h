@@ -25,25 +25,25 @@ struct RoutingInfo {
 
 // Registration of a memory region with the transport.
 struct MemReg {
-  uint32_t lkey = 0;      // local key (verbs lkey; fake: region id)
-  uint32_t rkey = 0;      // remote key handed to peers for one-sided ops
-  void* desc = nullptr;   // libfabric descriptor; unused elsewhere
+  uint32_t lkey = 0;     // local key (verbs lkey; fake: region id)
+  uint32_t rkey = 0;     // remote key handed to peers for one-sided ops
+  void* desc = nullptr;  // libfabric descriptor; unused elsewhere
 };
 
 struct TransportCaps {
-  size_t max_pkt_bytes = 0;       // header + data of one datagram
-  size_t max_data_per_pkt = 0;    // max_pkt_bytes - kPktHeaderBytes
-  size_t rx_ring_size = 0;        // RX ring entries
-  size_t max_inline_bytes = 0;    // sends up to this size may be inlined
-  bool bulk = false;              // post_read/post_write available
+  size_t max_pkt_bytes = 0;     // header + data of one datagram
+  size_t max_data_per_pkt = 0;  // max_pkt_bytes - kPktHeaderBytes
+  size_t rx_ring_size = 0;      // RX ring entries
+  size_t max_inline_bytes = 0;  // sends up to this size may be inlined
+  bool bulk = false;            // post_read/post_write available
 };
 
 // One datagram to send: a header and a data slice, both inside registered
 // buffers (zero copy). The route is a resolved RoutingInfo.
 struct TxItem {
   const RoutingInfo* route;
-  const uint8_t* hdr;             // kPktHeaderBytes bytes
-  const uint8_t* data;            // may be nullptr when data_len == 0
+  const uint8_t* hdr;   // kPktHeaderBytes bytes
+  const uint8_t* data;  // may be nullptr when data_len == 0
   uint32_t data_len;
   uint32_t data_lkey;
 };
@@ -53,7 +53,7 @@ struct TxItem {
 struct RxPacket {
   uint8_t* buf;
   uint32_t len;
-  uint64_t src_key;               // identifies the sender, see src_key_of()
+  uint64_t src_key;  // identifies the sender, see src_key_of()
 };
 
 // A one-sided operation: copy len bytes between a local registered buffer
@@ -66,7 +66,7 @@ struct BulkOp {
   uint64_t remote_addr;
   uint32_t remote_rkey;
   uint32_t len;
-  uint64_t cookie;                // returned in the completion
+  uint64_t cookie;  // returned in the completion
 };
 
 struct BulkCompletion {

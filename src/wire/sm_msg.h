@@ -21,8 +21,8 @@
 //   32  48   routing             sender's datapath routing info
 //   80       (end)
 //
-// Bytes 0..8 (magic, version, length, type) and the token are the envelope: they keep their place in every
-// version, so a peer can refuse a message of another version by token.
+// Bytes 0..8 (magic, version, length, type) and the token are the envelope: they keep their place
+// in every version, so a peer can refuse a message of another version by token.
 #pragma once
 
 #include <cstddef>
@@ -78,12 +78,12 @@ struct SmMsg {
 
 enum class SmDecodeStatus : uint8_t {
   kOk,
-  kTooShort,         // shorter than the envelope
+  kTooShort,  // shorter than the envelope
   kBadMagic,
   kVersionMismatch,  // envelope valid: out.type and out.token are filled
   kBadLength,        // length field disagrees with the datagram size
   kBadType,
-  kBadField,         // err, transport or routing_len out of range
+  kBadField,  // err, transport or routing_len out of range
 };
 
 // Writes msg into out (kSmMsgBytes). Returns kSmMsgBytes.
