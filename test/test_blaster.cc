@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "rpc/rpc_impl.h"
+#include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
 #include "transport/udp/udp_transport.h"
@@ -512,9 +513,13 @@ TEST_CASE("forged packets from the peer's own address cannot wedge or overflow a
     return ok;
   };
 
+  // Each session starts at its own request number (see first_req_num).
+  const Session* server_session = RpcImplTestAccess::session(server.impl(), 0);
+  REQUIRE(server_session != nullptr);
+  const uint64_t first = server_session->sslots[0].req_num;
   // When a request number far ahead of what the slot expects arrives
   const DropCounters d0 = s.drops;
-  forge(pkt(req_hdr(8, 0, 0, 8 * 1000), 8));
+  forge(pkt(req_hdr(8, 0, 0, first + 8 * 1000), 8));
   // Expect it dropped, not taken as the slot's new request (which would
   // make every real request of the slot look stale)
   CHECK(s.drops.out_of_order == d0.out_of_order + 1);
@@ -523,8 +528,8 @@ TEST_CASE("forged packets from the peer's own address cannot wedge or overflow a
 
   // When packet 1 of a request claims a larger message than packet 0 did
   // (slot 1 expects request 1; the client has not used that slot)
-  forge(pkt(req_hdr(static_cast<uint32_t>(dpp + 10), 0, 0, 1), dpp));
-  forge(pkt(req_hdr(static_cast<uint32_t>(3 * dpp), 0, 1, 1), dpp));
+  forge(pkt(req_hdr(static_cast<uint32_t>(dpp + 10), 0, 0, first + 1), dpp));
+  forge(pkt(req_hdr(static_cast<uint32_t>(3 * dpp), 0, 1, first + 1), dpp));
   // Expect it dropped instead of written past the request buffer
   CHECK(s.drops.bad_header == d0.bad_header + 1);
   CHECK(s.handlers_run == 3);

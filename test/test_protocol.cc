@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "rpc/rpc_impl.h"
+#include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
 #include "wire/pkt_hdr.h"
@@ -83,6 +84,63 @@ struct FakePair {
   }
   size_t dpp() const { return client->max_data_per_pkt(); }
 };
+
+// The first request and response of a session that has ended since.
+struct EndedSession {
+  FakePacket req;
+  FakePacket resp;
+  SmMsg disconnect;  // the disconnect request the client sent for it
+  NetAddr client_nexus;
+};
+
+// The disconnect request the client sends to end `client_sn`.
+SmMsg disconnect_req_for(Rpc& client, SessionNum client_sn) {
+  const Session* s = RpcImplTestAccess::session(client.impl(), client_sn);
+  REQUIRE(s != nullptr);
+  SmMsg m;
+  m.type = SmMsgType::kDisconnectReq;
+  m.transport = TransportKind::kFake;
+  m.client_rpc_id = client.rpc_id();
+  m.server_rpc_id = s->remote_rpc_id;
+  m.client_session_num = client_sn;
+  m.server_session_num = s->remote_num;
+  m.token = s->sm_token;
+  return m;
+}
+
+// One echo on f's session, captured; then the session ends and a new one
+// takes its place, reusing the session numbers at both ends (the freed
+// numbers are reused first). Afterwards f.sn is the new session.
+EndedSession end_and_reconnect(FakePair& f) {
+  FakeNetwork::instance().set_capture(true);
+  CHECK(f.echo(32, 21).errc == Errc::kOk);
+  FakeNetwork::instance().set_capture(false);
+  const auto pkts = FakeNetwork::instance().captured();
+  FakeNetwork::instance().clear_captured();
+  REQUIRE(pkts.size() == 2);
+  const Session* server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  REQUIRE(server_end != nullptr);
+  EndedSession old{pkts[0], pkts[1], disconnect_req_for(*f.client, f.sn), server_end->remote_nexus};
+  REQUIRE(hdr_of(old.req).pkt_type() == PktType::kReq);
+  REQUIRE(hdr_of(old.resp).pkt_type() == PktType::kResp);
+
+  const SessionNum old_sn = f.sn;
+  REQUIRE(f.client->destroy_session(f.sn));
+  REQUIRE(f.pump_until([&] {
+    return f.client->num_active_sessions() == 0 && f.server->num_active_sessions() == 0;
+  }));
+  auto s = f.client->create_session(f.nexus.uri(), 1);
+  REQUIRE(s);
+  f.sn = *s;
+  REQUIRE(f.pump_until([&] { return f.client->is_connected(f.sn); }));
+  // The new session has the old one's numbers at both ends.
+  REQUIRE(f.sn == old_sn);
+  server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  REQUIRE(server_end != nullptr);
+  REQUIRE(server_end->remote_num == f.sn);
+  REQUIRE(hdr_of(old.req).dest_session_num() == 0);
+  return old;
+}
 
 size_t count_type(const std::vector<FakePacket>& pkts, PktType type) {
   size_t n = 0;
@@ -395,4 +453,117 @@ TEST_CASE("a client away longer than the RTO does not resend requests whose answ
   CHECK(f.client->stats().retransmissions == 0);
   CHECK(f.server->stats().duplicate_requests == 0);
   for (auto& b : bufs) f.client->free_msg_buffer(b);
+}
+
+TEST_CASE("a server session that reuses a session number ignores late requests of the old one") {
+  FakePair f;
+  const EndedSession old = end_and_reconnect(f);
+  // When a request of the ended session arrives late (a retransmission from
+  // before the client noticed the end, still in flight)
+  FakeNetwork::instance().send(old.req);
+  f.pump();
+  // Expect the new session not to take it as its own request
+  CHECK(g_handler_runs == 1);
+  CHECK(f.server->stats().drops.out_of_order == 1);
+  // and the new session's first request to get its own answer, not the
+  // answer to the old request (same size, other bytes)
+  CHECK(f.echo(32, 22).errc == Errc::kOk);
+  CHECK(g_handler_runs == 2);
+  CHECK(f.server->stats().duplicate_requests == 0);
+}
+
+TEST_CASE("a client session that reuses a session number ignores late responses of the old one") {
+  FakePair f;
+  const EndedSession old = end_and_reconnect(f);
+  const uint32_t server_ep = endpoint_of(*f.server);
+  // Given the new session's first request is outstanding (its answer held)
+  bool held = false;
+  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
+    if (p.src != server_ep || held) return FakeVerdict::kDeliver;
+    held = true;
+    return FakeVerdict::kHold;
+  });
+  MsgBuffer req = f.client->alloc_msg_buffer(32);
+  MsgBuffer resp = f.client->alloc_msg_buffer(32);
+  fill_pattern(req, 23);
+  Outcome out;
+  REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
+  REQUIRE(f.pump_until([] { return FakeNetwork::instance().num_held() == 1; }));
+  // When a response of the ended session arrives late
+  FakeNetwork::instance().send(old.resp);
+  f.client->run_event_loop_once();
+  // Expect it dropped, not taken as the answer to the new request
+  CHECK_FALSE(out.done);
+  CHECK(f.client->stats().drops.stale == 1);
+  // and the real answer to complete the request with the right bytes
+  FakeNetwork::instance().set_filter(nullptr);
+  FakeNetwork::instance().release_held();
+  REQUIRE(f.pump_until([&] { return out.done; }));
+  CHECK(out.errc == Errc::kOk);
+  CHECK(check_pattern(resp, 32, 23));
+  f.client->free_msg_buffer(req);
+  f.client->free_msg_buffer(resp);
+}
+
+TEST_CASE("request numbers compare as 44-bit serial numbers across the wrap") {
+  constexpr uint64_t kTop = kReqNumMask;  // the last number before the wrap
+  CHECK(req_num_diff(5, 3) == 2);
+  CHECK(req_num_diff(3, 5) == -2);
+  CHECK(req_num_diff(0, kTop) == 1);
+  CHECK(req_num_diff(kTop, 0) == -1);
+  CHECK(req_num_diff(7, kTop - 8) == 16);
+  CHECK(req_num_diff(kSessionReqWindow - 1, kTop) == static_cast<int64_t>(kSessionReqWindow));
+}
+
+TEST_CASE("a session whose request numbers wrap keeps working") {
+  FakePair f;
+  // Given the session's slots are just below the top of the request-number
+  // space at both ends (where a session may start, as the first number is
+  // random)
+  Session* client_end = RpcImplTestAccess::session(f.client->impl(), f.sn);
+  Session* server_end = RpcImplTestAccess::session(f.server->impl(), client_end->remote_num);
+  REQUIRE(client_end != nullptr);
+  REQUIRE(server_end != nullptr);
+  const uint64_t first = (kReqNumMask + 1) - 2 * kSessionReqWindow;
+  for (size_t i = 0; i < kSessionReqWindow; i++) {
+    client_end->cslots[i].next_req_num = first + i;
+    server_end->sslots[i].req_num = first + i;
+  }
+  // When slot 0 serves more requests than fit below the wrap
+  for (uint64_t i = 0; i < 5; i++) CHECK(f.echo(48, 30 + i).errc == Errc::kOk);
+  // Expect every one to run once and be answered, none taken for stale
+  CHECK(g_handler_runs == 5);
+  CHECK(f.server->stats().drops.stale == 0);
+  CHECK(client_end->cslots[0].next_req_num == ((first + 5 * kSessionReqWindow) & kReqNumMask));
+}
+
+TEST_CASE("a disconnect is obeyed only with the token of the connect that made the session") {
+  FakePair f;
+  const Session* server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  REQUIRE(server_end != nullptr);
+  const NetAddr client_nexus = server_end->remote_nexus;
+  SmMsg m = disconnect_req_for(*f.client, f.sn);
+  // When a disconnect with the right numbers and sender but another token
+  // reaches the server
+  m.token ^= 1;
+  RpcImplTestAccess::deliver_sm(f.server->impl(), m, client_nexus);
+  // Expect it refused and the session kept
+  CHECK(f.server->stats().sm_refused == 1);
+  CHECK(f.server->num_active_sessions() == 1);
+  CHECK(f.echo(32, 40).errc == Errc::kOk);
+  // and the right token to end it
+  m.token ^= 1;
+  RpcImplTestAccess::deliver_sm(f.server->impl(), m, client_nexus);
+  CHECK(f.server->num_active_sessions() == 0);
+}
+
+TEST_CASE(
+    "a late disconnect of an ended session does not end the session that reuses its numbers") {
+  FakePair f;
+  const EndedSession old = end_and_reconnect(f);
+  // When the old session's disconnect arrives again (a retransmission)
+  RpcImplTestAccess::deliver_sm(f.server->impl(), old.disconnect, old.client_nexus);
+  // Expect the new session, which has the same numbers at both ends, kept
+  CHECK(f.server->num_active_sessions() == 1);
+  CHECK(f.echo(32, 41).errc == Errc::kOk);
 }

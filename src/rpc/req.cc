@@ -46,7 +46,7 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.cont = entry.cont;
   slot.tag = entry.tag;
   slot.req_num = slot.next_req_num;
-  slot.next_req_num += kSessionReqWindow;
+  slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
   slot.bulk_req = use_bulk(entry.req->size());
   slot.bulk_resp_reading = false;
   slot.req_pkts = slot.bulk_req ? 1 : entry.req->num_pkts();
@@ -130,11 +130,12 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
                                  size_t data_len) {
   ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
   const uint64_t req_num = hdr.req_num();
-  if (slot.has_req && req_num < slot.req_num) {
+  const int64_t ahead = req_num_diff(req_num, slot.req_num);
+  if (slot.has_req && ahead < 0) {
     stats_.drops.stale++;
     return;
   }
-  if (!slot.has_req || req_num > slot.req_num) {
+  if (!slot.has_req || ahead > 0) {
     // A client starts request R + kSessionReqWindow of a slot only after R
     // completed, so a new request carries exactly the next number. One
     // further ahead is forged or corrupt: taking it would make every real

@@ -18,6 +18,17 @@ uint64_t new_token() {
   return gen();
 }
 
+// Binds a new session to its connect request: the token, and the request
+// numbers derived from it (see first_req_num).
+void bind_to_connect(Session& session, uint64_t token) {
+  session.sm_token = token;
+  const uint64_t first = first_req_num(token);
+  for (size_t i = 0; i < kSessionReqWindow; i++) {
+    session.cslots[i].next_req_num = first + i;
+    session.sslots[i].req_num = first + i;  // the first request number the slot expects
+  }
+}
+
 }  // namespace
 
 size_t RpcImpl::ring_room_sessions() const { return caps_.rx_ring_size / kSessionCredits; }
@@ -31,10 +42,8 @@ Session* RpcImpl::alloc_session(SessionRole role) {
     ClientSlot& c = s->cslots[i];
     c.session = s.get();
     c.index = static_cast<uint8_t>(i);
-    c.next_req_num = i;
     ServerSlot& v = s->sslots[i];
     v.session = s.get();
-    v.req_num = i;  // the first request number the slot expects
     ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
     if (role == SessionRole::kServer) {
       ReqHandleAccess::pre_resp(v.handle) = alloc_msg_buffer(caps_.max_data_per_pkt);
@@ -119,7 +128,7 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   hold_remote(*s, *addr, 0);  // learned from the connect response
   s->remote_rpc_id = remote_rpc_id;
   s->state = SessionState::kConnectInProgress;
-  s->sm_token = new_token();
+  bind_to_connect(*s, new_token());
 
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
@@ -239,7 +248,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   hold_remote(*s, d.from, m.incarnation);
   s->remote_route = route;
   s->remote_src_key = transport_->src_key_of(route);
-  s->sm_token = m.token;
+  bind_to_connect(*s, m.token);
   server_sessions_by_token_[m.token] = s->local_num;
   stats_.sessions_created++;
   send_sm_resp(m, d.from, SmErr::kNone, s->local_num);

@@ -14,6 +14,7 @@
 #include "rpc/rpc.h"
 #include "rpc/stats.h"
 #include "transport/transport.h"
+#include "wire/pkt_hdr.h"
 
 namespace rpc::detail {
 
@@ -26,6 +27,17 @@ inline constexpr size_t kSessionReqWindow = 8;
 inline constexpr size_t kSessionCredits = 32;
 static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
 static_assert(kSessionCredits >= kSessionReqWindow, "each slot needs at least one credit");
+
+// The first request number of slot 0 of a session. Both ends derive it from
+// the random token of the connect request, so each session starts at its
+// own place in the 44-bit request-number space (like a TCP initial sequence
+// number): when a session number is reused, packets of the session that had
+// it before (still in flight, or retransmitted by a peer that has not
+// noticed the end yet) carry request numbers the new session never expects,
+// and are dropped instead of being taken as its requests or responses.
+inline uint64_t first_req_num(uint64_t connect_token) {
+  return connect_token & kReqNumMask & ~uint64_t{kSessionReqWindow - 1};
+}
 
 enum class SessionRole : uint8_t { kClient, kServer };
 

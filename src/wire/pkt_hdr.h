@@ -41,6 +41,16 @@ inline constexpr uint64_t kMaxMsgSizeField = (1ull << kMsgSizeBits) - 1;
 inline constexpr uint64_t kMaxPktNum = (1ull << kPktNumBits) - 1;
 inline constexpr uint64_t kReqNumMask = (1ull << kReqNumBits) - 1;
 
+// Request numbers are 44-bit serial numbers (RFC 1982): they wrap, and
+// `a` comes after `b` when (a - b) mod 2^44 is in [1, 2^43). Returns the
+// signed distance from b to a.
+inline int64_t req_num_diff(uint64_t a, uint64_t b) {
+  const uint64_t d = (a - b) & kReqNumMask;
+  constexpr uint64_t kHalf = (kReqNumMask >> 1) + 1;
+  return d < kHalf ? static_cast<int64_t>(d)
+                   : static_cast<int64_t>(d) - static_cast<int64_t>(kReqNumMask + 1);
+}
+
 static_assert(kReqTypeBits + kMsgSizeBits + kSessionNumBits + kPktNumBits + kPktTypeBits == 64,
               "word 0 of the packet header must be exactly 64 bits");
 static_assert(kReqNumBits + kMagicBits + 1 + kStatusBits <= 64, "word 1 overflows");

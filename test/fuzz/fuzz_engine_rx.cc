@@ -45,17 +45,10 @@
 #include "fuzz_util.h"
 #include "memory/allocator.h"
 #include "rpc/rpc_impl.h"
+#include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
 #include "wire/pkt_hdr.h"
-
-namespace rpc::detail {
-struct RpcImplTestAccess {
-  static Session* session(RpcImpl& rpc, SessionNum sn) {
-    return sn < rpc.sessions_.size() ? rpc.sessions_[sn].get() : nullptr;
-  }
-};
-}  // namespace rpc::detail
 
 using namespace rpc;
 using namespace rpc::detail;

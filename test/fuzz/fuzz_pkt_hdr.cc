@@ -13,15 +13,8 @@
 
 #include "fuzz_util.h"
 #include "rpc/rpc_impl.h"
+#include "rpc_impl_test_access.h"
 #include "wire/pkt_hdr.h"
-
-namespace rpc::detail {
-struct RpcImplTestAccess {
-  static bool header_sane(RpcImpl& rpc, const PktHdr& hdr, size_t data_len) {
-    return rpc.header_sane(hdr, data_len);
-  }
-};
-}  // namespace rpc::detail
 
 using namespace rpc;
 using namespace rpc::detail;

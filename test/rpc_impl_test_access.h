@@ -1,0 +1,24 @@
+// White-box access to an RpcImpl for tests and fuzz targets (RpcImpl names
+// this struct a friend). One definition for every test program.
+#pragma once
+
+#include "rpc/rpc_impl.h"
+#include "wire/pkt_hdr.h"
+
+namespace rpc::detail {
+
+struct RpcImplTestAccess {
+  // The session with local number `sn`, or nullptr.
+  static Session* session(RpcImpl& rpc, SessionNum sn) {
+    return sn < rpc.sessions_.size() ? rpc.sessions_[sn].get() : nullptr;
+  }
+  // Hands `msg` to the Rpc as if its Nexus had received it from `from`.
+  static void deliver_sm(RpcImpl& rpc, const SmMsg& msg, const NetAddr& from) {
+    rpc.handle_sm(SmDelivery{msg, from});
+  }
+  static bool header_sane(RpcImpl& rpc, const PktHdr& hdr, size_t data_len) {
+    return rpc.header_sane(hdr, data_len);
+  }
+};
+
+}  // namespace rpc::detail
