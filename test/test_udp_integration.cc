@@ -1,5 +1,7 @@
 // Integration over the udp transport on 127.0.0.1: real Nexus, real
 // sockets, server Rpcs on their own threads (and, once, in another process).
+// Cases tagged [any_transport] run over the transport test_transport()
+// names; the verbs suite runs them again over RDMA verbs.
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,16 +81,17 @@ size_t count_echoed(const std::vector<EchoCall>& calls) {
 
 }  // namespace
 
-TEST_CASE("echo of every size from 0 bytes to 8 MiB arrives byte for byte over udp") {
+TEST_CASE("echo of every size from 0 bytes to 8 MiB arrives byte for byte", "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1});
+  ServerThread server(nexus, test_rpc_config({.rpc_id = 1}));
   SessionEvents events;
-  Rpc client(nexus, RpcConfig{.rpc_id = 0, .session_callback = events.callback()});
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0, .session_callback = events.callback()}));
   auto sn = client.create_session(nexus.uri(), 1);
   REQUIRE(sn);
   REQUIRE(run_until(client, [&] { return client.is_connected(*sn); }));
   CHECK(events.has(*sn, SessionEvent::kConnected));
+  CHECK(client.transport_name() == test_transport());
 
   const size_t mtu_data = client.max_data_per_pkt();
   for (size_t size : {size_t{0}, size_t{1}, mtu_data - 1, mtu_data, mtu_data + 1, size_t{64} << 10,
@@ -98,11 +101,12 @@ TEST_CASE("echo of every size from 0 bytes to 8 MiB arrives byte for byte over u
   }
 }
 
-TEST_CASE("a thousand requests in flight on one session all complete with their own data") {
+TEST_CASE("a thousand requests in flight on one session all complete with their own data",
+          "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1});
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  ServerThread server(nexus, test_rpc_config({.rpc_id = 1}));
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   const SessionNum sn = connect(client, nexus.uri(), 1);
 
   // Far more than the 8-slot window: most wait in the backlog. Every tenth
@@ -127,12 +131,13 @@ TEST_CASE("a thousand requests in flight on one session all complete with their 
   CHECK(server.final_stats().handlers_run == calls.size());
 }
 
-TEST_CASE("interleaved requests on four sessions to two server threads reach the right servers") {
+TEST_CASE("interleaved requests on four sessions to two server threads reach the right servers",
+          "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
-  ServerThread server1(nexus, RpcConfig{.rpc_id = 1});
-  ServerThread server2(nexus, RpcConfig{.rpc_id = 2});
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  ServerThread server1(nexus, test_rpc_config({.rpc_id = 1}));
+  ServerThread server2(nexus, test_rpc_config({.rpc_id = 2}));
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   // Sessions alternate between the two servers: 1, 2, 1, 2.
   const std::vector<SessionNum> sessions{
       connect(client, nexus.uri(), 1), connect(client, nexus.uri(), 2),
@@ -161,7 +166,7 @@ TEST_CASE("interleaved requests on four sessions to two server threads reach the
   CHECK(server2.final_stats().handlers_run == calls.size() / 2);
 }
 
-TEST_CASE("two Rpcs in two threads each serve the other while calling it") {
+TEST_CASE("two Rpcs in two threads each serve the other while calling it", "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
 
@@ -177,7 +182,7 @@ TEST_CASE("two Rpcs in two threads each serve the other while calling it") {
 
   // No Catch2 assertions on these threads: they record, the test checks.
   auto peer = [&](RpcId self, RpcId other, PeerResult& result) {
-    Rpc rpc(nexus, RpcConfig{.rpc_id = self});
+    Rpc rpc(nexus, test_rpc_config({.rpc_id = self}));
     created++;
     while (created.load() < 2) std::this_thread::yield();  // the peer must exist
     auto sn = rpc.create_session(nexus.uri(), other);
@@ -345,14 +350,15 @@ void nested_handler(ReqHandle& h) {
 
 }  // namespace
 
-TEST_CASE("a nested request is forwarded to a second server and answered with its response") {
+TEST_CASE("a nested request is forwarded to a second server and answered with its response",
+          "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
   REQUIRE(nexus.register_handler(kNested, nested_handler));
-  ServerThread server_b(nexus, RpcConfig{.rpc_id = 2});
+  ServerThread server_b(nexus, test_rpc_config({.rpc_id = 2}));
   NestedContext ctx;
   const std::string uri = nexus.uri();
-  ServerThread server_a(nexus, RpcConfig{.rpc_id = 1, .context = &ctx},
+  ServerThread server_a(nexus, test_rpc_config({.rpc_id = 1, .context = &ctx}),
                         ServerHooks{.on_start = [&ctx, uri](Rpc& rpc) {
                           auto sn = rpc.create_session(uri, 2);
                           if (!sn) return;
@@ -360,7 +366,7 @@ TEST_CASE("a nested request is forwarded to a second server and answered with it
                           ctx.connected = run_until(rpc, [&] { return rpc.is_connected(*sn); });
                         }});
   REQUIRE(ctx.connected.load());
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   const SessionNum sn = connect(client, uri, 1);
 
   // One at a time, across packet boundaries.
@@ -435,12 +441,13 @@ struct DeferredServer {
 
 }  // namespace
 
-TEST_CASE("a handler may respond from a later event-loop iteration") {
+TEST_CASE("a handler may respond from a later event-loop iteration", "[any_transport]") {
   Nexus nexus(local_nexus());
   REQUIRE(nexus.register_handler(kEchoDeferred, DeferredServer::handler));
   DeferredServer deferred;
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .context = &deferred}, deferred.hooks());
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  ServerThread server(nexus, test_rpc_config({.rpc_id = 1, .context = &deferred}),
+                      deferred.hooks());
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   const SessionNum sn = connect(client, nexus.uri(), 1);
 
   for (size_t size : boundary_sizes(client, size_t{1} << 20)) {
@@ -464,7 +471,7 @@ TEST_CASE("a handler may respond from a later event-loop iteration") {
   CHECK(deferred.handler_calls.load() == boundary_sizes(client, size_t{1} << 20).size() + 100);
 }
 
-TEST_CASE("background handlers echo small and multi-packet requests") {
+TEST_CASE("background handlers echo small and multi-packet requests", "[any_transport]") {
   Nexus nexus(NexusConfig{.uri = "127.0.0.1:0", .num_bg_threads = 2});
   std::atomic<uint64_t> calls_in_background{0};
   std::atomic<uint64_t> calls_in_foreground{0};
@@ -478,10 +485,10 @@ TEST_CASE("background handlers echo small and multi-packet requests") {
         echo_into_response(h);
       },
       HandlerMode::kBackground));
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1}, ServerHooks{.on_start = [&](Rpc&) {
+  ServerThread server(nexus, test_rpc_config({.rpc_id = 1}), ServerHooks{.on_start = [&](Rpc&) {
                         server_thread_id.store(std::this_thread::get_id());
                       }});
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   const SessionNum sn = connect(client, nexus.uri(), 1);
 
   const std::vector<size_t> sizes = boundary_sizes(client, size_t{1} << 20);
@@ -504,7 +511,8 @@ TEST_CASE("background handlers echo small and multi-packet requests") {
   CHECK(calls_on_server_thread.load() == 0);
 }
 
-TEST_CASE("with 10% of packets dropped every request completes once with correct data") {
+TEST_CASE("with 10% of packets dropped every request completes once with correct data",
+          "[any_transport]") {
   Nexus nexus(local_nexus());
   std::atomic<uint64_t> handler_runs{0};
   constexpr ReqType kCountedEcho = 5;
@@ -512,8 +520,9 @@ TEST_CASE("with 10% of packets dropped every request completes once with correct
     handler_runs++;
     echo_into_response(h);
   }));
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rto_us = 2000, .drop_tx_fraction = 0.1});
-  Rpc client(nexus, RpcConfig{.rpc_id = 0, .rto_us = 2000, .drop_tx_fraction = 0.1});
+  ServerThread server(nexus,
+                      test_rpc_config({.rpc_id = 1, .rto_us = 2000, .drop_tx_fraction = 0.1}));
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0, .rto_us = 2000, .drop_tx_fraction = 0.1}));
   const SessionNum sn = connect(client, nexus.uri(), 1);
 
   // Mixed sizes from 0 B to 64 KiB, single- and multi-packet.
@@ -554,11 +563,11 @@ TEST_CASE("with 10% of packets dropped every request completes once with correct
   CHECK(server.final_stats().duplicate_requests > 0);
 }
 
-TEST_CASE("requests fail with a clear error code instead of misbehaving") {
+TEST_CASE("requests fail with a clear error code instead of misbehaving", "[any_transport]") {
   Nexus nexus(local_nexus());
   register_echo(nexus);
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1});
-  Rpc client(nexus, RpcConfig{.rpc_id = 0});
+  ServerThread server(nexus, test_rpc_config({.rpc_id = 1}));
+  Rpc client(nexus, test_rpc_config({.rpc_id = 0}));
   const SessionNum sn = connect(client, nexus.uri(), 1);
   const size_t mtu = client.max_data_per_pkt();
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -16,6 +17,18 @@
 #include "rpc/rpc_all.h"
 
 namespace rpc::test {
+
+// The transport the engine tests marked [any_transport] run over: udp,
+// unless LIBRPC_TEST_TRANSPORT names another (the verbs suite sets it; see
+// test/verbs_main.cc).
+inline std::string test_transport() {
+  const char* name = std::getenv("LIBRPC_TEST_TRANSPORT");
+  return name != nullptr && *name != '\0' ? name : "udp";
+}
+inline RpcConfig test_rpc_config(RpcConfig config) {
+  config.transport = test_transport();
+  return config;
+}
 
 inline constexpr ReqType kEcho = 1;          // foreground echo
 inline constexpr ReqType kEchoBg = 2;        // background echo

@@ -157,6 +157,11 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
     ep.transport = std::string(value);
   } else if (flag.name == "--mtu") {
     ep.mtu = static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, 65535));
+  } else if (flag.name == "--verbs-device") {
+    if (value.empty()) throw UsageError("--verbs-device: empty name");
+    ep.verbs_device = std::string(value);
+  } else if (flag.name == "--gid-index") {
+    ep.gid_index = static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
   } else {
     return false;
   }
@@ -190,7 +195,9 @@ std::string endpoint_usage() {
       "  --client-uri H:P     client Nexus URI (client mode; default: the local address\n"
       "                       that routes to the server, port 0)\n"
       "  --transport NAME     RpcConfig.transport (default udp)\n"
-      "  --mtu BYTES          RpcConfig.mtu_bytes (default {}); must match the server's\n",
+      "  --mtu BYTES          RpcConfig.mtu_bytes (default {}); must match the server's\n"
+      "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
+      "  --gid-index N        verbs: the GID index to address the port by (default 0)\n",
       kDefaultMtu);
 }
 

@@ -67,11 +67,14 @@ struct EndpointOptions {
   std::optional<std::string> client_uri;
   std::string transport = "udp";
   std::size_t mtu = kDefaultMtu;
+  std::string verbs_device;  // empty: the first device with an active port
+  int gid_index = 0;
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
-inline constexpr std::string_view kEndpointFlags[] = {"--mode", "--server-uri", "--client-uri",
-                                                      "--transport", "--mtu"};
+inline constexpr std::string_view kEndpointFlags[] = {
+    "--mode", "--server-uri",   "--client-uri", "--transport",
+    "--mtu",  "--verbs-device", "--gid-index"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);
@@ -82,7 +85,7 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);
 void check_endpoint_options(const EndpointOptions& ep, bool client_flag_given,
                             std::string_view client_flags);
 
-// Usage lines for --server-uri, --client-uri, --transport and --mtu.
+// Usage lines for the endpoint flags.
 std::string endpoint_usage();
 
 }  // namespace bench

@@ -18,6 +18,8 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   config.rpc_id = id;
   config.transport = ep.transport;
   config.mtu_bytes = ep.mtu;
+  config.verbs_device = ep.verbs_device;
+  config.verbs_gid_index = ep.gid_index;
   if (watch != nullptr) {
     config.session_callback = [watch](rpc::SessionNum sn, rpc::SessionEvent event, rpc::SmErr err) {
       if (event == rpc::SessionEvent::kConnectFailed && !watch->failed) {

@@ -35,13 +35,20 @@ using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
 
 struct RpcConfig {
   RpcId rpc_id = 0;
-  // "udp" (default), "fake" (in-process, for tests); "verbs" and "fabric"
-  // where the library was built with them.
+  // "udp" (default), "fake" (in-process, for tests), "verbs" (RDMA UD
+  // datagrams; where the library was built with libibverbs).
   std::string transport = "udp";
   // Link MTU in bytes, as configured on the interface. The udp transport
   // subtracts IP and UDP headers: 1500 gives 1472-byte datagrams. Loopback
   // and jumbo-frame networks may use up to 65535.
   size_t mtu_bytes = 1500;
+  // verbs: the RDMA device (as `ibv_devices` names it; empty: the first
+  // device whose port is active), its port, and the GID index to address
+  // it by (RoCE: pick one with an address, see `ibv_devinfo -v`). The
+  // packet size is the smaller of mtu_bytes and the port's active MTU.
+  std::string verbs_device = {};
+  uint8_t verbs_port = 1;
+  int verbs_gid_index = 0;
   // RX ring entries. Each session reserves kSessionCredits of them at both
   // ends, so this bounds the number of sessions.
   size_t rx_ring_size = 4096;

@@ -214,14 +214,12 @@ void RpcImpl::release_server_slot(ServerSlot& slot) {
 
 void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
                              size_t data_len) {
-  if (slot.state == ServerSlotState::kInHandler || slot.state == ServerSlotState::kBulkReading ||
-      slot.state == ServerSlotState::kReceiving) {
-    // The client moved on, so it has given up on the previous request of
-    // this slot; only possible while a handler still holds it (deferred).
-    if (slot.state == ServerSlotState::kInHandler) {
-      stats_.drops.busy++;
-      return;
-    }
+  // The client moved on, so it has the previous request's answer or gave up
+  // on it. A handler that still holds the slot (deferred) must respond
+  // first; an unfinished receive or bulk read is simply abandoned.
+  if (slot.state == ServerSlotState::kInHandler) {
+    stats_.drops.busy++;
+    return;
   }
   release_server_slot(slot);
   slot.has_req = true;

@@ -5,8 +5,15 @@
 #include "transport/fake/fake_transport.h"
 #include "transport/transport.h"
 #include "transport/udp/udp_transport.h"
+#if RPC_HAVE_VERBS
+#include "transport/verbs/verbs_transport.h"
+#endif
 
 namespace rpc::detail {
+
+namespace {
+constexpr const char* kAvailable = RPC_HAVE_VERBS ? "udp, fake, verbs" : "udp, fake";
+}  // namespace
 
 Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
                                                   const std::string& bind_ip) {
@@ -17,16 +24,22 @@ Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
     if (config.transport == "fake") {
       return std::unique_ptr<Transport>(std::make_unique<FakeTransport>(config));
     }
+#if RPC_HAVE_VERBS
+    if (config.transport == "verbs") {
+      return std::unique_ptr<Transport>(std::make_unique<VerbsTransport>(config));
+    }
+#endif
   } catch (const std::exception& e) {
     return Failure{fmt::format("transport '{}': {}", config.transport, e.what())};
   }
   if (config.transport == "verbs" || config.transport == "fabric") {
     return Failure{
-        fmt::format("transport '{}' is not implemented in this build of librpc "
-                    "(available: udp, fake)",
-                    config.transport)};
+        fmt::format("transport '{}' is not available in this build of librpc (available: {}){}",
+                    config.transport, kAvailable,
+                    config.transport == "verbs" ? "; rebuild with libibverbs-dev installed" : "")};
   }
-  return Failure{fmt::format("unknown transport '{}' (available: udp, fake)", config.transport)};
+  return Failure{
+      fmt::format("unknown transport '{}' (available: {})", config.transport, kAvailable)};
 }
 
 }  // namespace rpc::detail

@@ -1,0 +1,396 @@
+// The `verbs` transport: UD datagrams over libibverbs. See the header.
+#include "transport/verbs/verbs_transport.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "wire/pkt_hdr.h"
+
+namespace rpc::detail {
+
+namespace {
+
+// A datagram smaller than this is a misconfiguration, not a tiny link.
+constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
+// Send queue: a signaled send every kSignalEvery; before the next one is
+// posted the previous one is reaped, so at most 2 * kSignalEvery + one
+// burst are outstanding.
+constexpr size_t kSignalEvery = 64;
+constexpr size_t kSendQueueDepth = 4 * kSignalEvery;
+// Control packets (a bare header) and small messages are copied into the
+// work request: no registration needed, and one DMA read fewer.
+constexpr uint32_t kWantedInlineBytes = 128;
+
+[[noreturn]] void fail(const std::string& what, int errno_value) {
+  throw Error("verbs transport: " + what, errno_value);
+}
+
+size_t mtu_enum_to_bytes(ibv_mtu mtu) { return size_t{128} << static_cast<int>(mtu); }
+
+bool gid_is_zero(const ibv_gid& gid) {
+  return std::all_of(std::begin(gid.raw), std::end(gid.raw), [](uint8_t b) { return b == 0; });
+}
+
+bool gid_is_ipv4_mapped(const ibv_gid& gid) {
+  for (int i = 0; i < 10; i++) {
+    if (gid.raw[i] != 0) return false;
+  }
+  return gid.raw[10] == 0xff && gid.raw[11] == 0xff;
+}
+
+VerbsRoutingInfo verbs_info_of(const RoutingInfo& info) {
+  VerbsRoutingInfo v;
+  std::memcpy(&v, info.bytes.data(), sizeof(v));
+  return v;
+}
+
+uint64_t make_src_key(uint32_t qpn, uint32_t addr_tail) { return uint64_t{qpn} << 32 | addr_tail; }
+
+}  // namespace
+
+VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_port) {
+  if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
+  if (config.verbs_gid_index < 0) fail("verbs_gid_index is negative", EINVAL);
+  gid_index_ = config.verbs_gid_index;
+  try {
+    int num_devices = 0;
+    ibv_device** list = ibv_get_device_list(&num_devices);
+    if (list == nullptr || num_devices == 0) {
+      if (list != nullptr) ibv_free_device_list(list);
+      fail(
+          "no RDMA device found (no NIC driver loaded? Soft-RoCE: see scripts/rxe-vm.sh "
+          "and docs/transports.md)",
+          ENODEV);
+    }
+    std::string tried;
+    for (int i = 0; i < num_devices && ctx_ == nullptr; i++) {
+      const char* name = ibv_get_device_name(list[i]);
+      if (!config.verbs_device.empty() && config.verbs_device != name) continue;
+      ibv_context* ctx = ibv_open_device(list[i]);
+      if (ctx == nullptr) {
+        tried += fmt::format(" {} (cannot open)", name);
+        continue;
+      }
+      ibv_port_attr pa{};
+      if (ibv_query_port(ctx, port_, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) {
+        tried += fmt::format(" {} (port {} not active)", name, port_);
+        ibv_close_device(ctx);
+        continue;
+      }
+      ctx_ = ctx;
+      device_name_ = name;
+      use_grh_ = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+      local_lid_ = pa.lid;
+      caps_.max_pkt_bytes = std::min(config.mtu_bytes, mtu_enum_to_bytes(pa.active_mtu));
+    }
+    ibv_free_device_list(list);
+    if (ctx_ == nullptr) {
+      if (!config.verbs_device.empty() && tried.empty()) {
+        fail(fmt::format("no RDMA device named '{}'", config.verbs_device), ENODEV);
+      }
+      fail("no usable RDMA device:" + tried, ENODEV);
+    }
+    if (caps_.max_pkt_bytes < kMinPktBytes) {
+      fail(fmt::format("packet size {} (mtu_bytes or the port's active MTU) is below {}",
+                       caps_.max_pkt_bytes, kMinPktBytes),
+           EINVAL);
+    }
+    caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
+    caps_.rx_ring_size = config.rx_ring_size;
+
+    if (ibv_query_gid(ctx_, port_, gid_index_, &local_gid_) != 0) {
+      fail(fmt::format("{} port {} has no GID index {}", device_name_, port_, gid_index_), EINVAL);
+    }
+    if (use_grh_ && gid_is_zero(local_gid_)) {
+      fail(fmt::format("{} port {} GID index {} is empty (RoCE needs an address on the netdev; "
+                       "pick another verbs_gid_index, see `ibv_devinfo -v`)",
+                       device_name_, port_, gid_index_),
+           EINVAL);
+    }
+    ipv4_gid_ = gid_is_ipv4_mapped(local_gid_);
+
+    ibv_device_attr da{};
+    if (ibv_query_device(ctx_, &da) != 0) fail("ibv_query_device failed", errno);
+    if (config.rx_ring_size > static_cast<size_t>(da.max_qp_wr) ||
+        config.rx_ring_size > static_cast<size_t>(da.max_cqe)) {
+      fail(fmt::format("rx_ring_size {} exceeds what {} allows (max_qp_wr {}, max_cqe {})",
+                       config.rx_ring_size, device_name_, da.max_qp_wr, da.max_cqe),
+           EINVAL);
+    }
+    sq_depth_ = std::min<size_t>(kSendQueueDepth, static_cast<size_t>(da.max_qp_wr));
+    if (sq_depth_ < 2 * kSignalEvery + kMaxBatch) fail("the device's queues are too short", EINVAL);
+
+    pd_ = ibv_alloc_pd(ctx_);
+    if (pd_ == nullptr) fail("ibv_alloc_pd failed", errno);
+    send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_depth_), nullptr, nullptr, 0);
+    recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(config.rx_ring_size), nullptr, nullptr, 0);
+    if (send_cq_ == nullptr || recv_cq_ == nullptr) fail("ibv_create_cq failed", errno);
+
+    ibv_qp_init_attr qa{};
+    qa.send_cq = send_cq_;
+    qa.recv_cq = recv_cq_;
+    qa.qp_type = IBV_QPT_UD;
+    qa.sq_sig_all = 0;
+    qa.cap.max_send_wr = static_cast<uint32_t>(sq_depth_);
+    qa.cap.max_recv_wr = static_cast<uint32_t>(config.rx_ring_size);
+    qa.cap.max_send_sge = 2;
+    qa.cap.max_recv_sge = 1;
+    qa.cap.max_inline_data = kWantedInlineBytes;
+    qp_ = ibv_create_qp(pd_, &qa);
+    if (qp_ == nullptr) fail("ibv_create_qp (UD) failed", errno);
+    max_inline_ = qa.cap.max_inline_data;
+    if (max_inline_ < kPktHeaderBytes) {
+      fail(fmt::format("{} inlines only {} bytes; control packets need {}", device_name_,
+                       max_inline_, kPktHeaderBytes),
+           EINVAL);
+    }
+    caps_.max_inline_bytes = max_inline_;
+
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.pkey_index = 0;
+    attr.port_num = port_;
+    attr.qkey = kQkey;
+    if (ibv_modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) {
+      fail("moving the QP to INIT failed", errno);
+    }
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    if (ibv_modify_qp(qp_, &attr, IBV_QP_STATE)) fail("moving the QP to RTR failed", errno);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn = 0;
+    if (ibv_modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN)) {
+      fail("moving the QP to RTS failed", errno);
+    }
+
+    ring_buf_bytes_ = kGrhBytes + caps_.max_pkt_bytes;
+    ring_mem_.assign(config.rx_ring_size * ring_buf_bytes_, 0);
+    ring_mr_ = ibv_reg_mr(pd_, ring_mem_.data(), ring_mem_.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (ring_mr_ == nullptr) fail("registering the RX ring failed", errno);
+    recv_wrs_.resize(config.rx_ring_size);
+    recv_sges_.resize(config.rx_ring_size);
+    for (size_t i = 0; i < config.rx_ring_size; i++) {
+      recv_sges_[i] = ibv_sge{reinterpret_cast<uint64_t>(ring_mem_.data() + i * ring_buf_bytes_),
+                              static_cast<uint32_t>(ring_buf_bytes_), ring_mr_->lkey};
+      recv_wrs_[i] = ibv_recv_wr{};
+      recv_wrs_[i].wr_id = i;
+      recv_wrs_[i].sg_list = &recv_sges_[i];
+      recv_wrs_[i].num_sge = 1;
+    }
+    post_recv_range(0, config.rx_ring_size);
+
+    for (size_t i = 0; i < kMaxBatch; i++) {
+      send_wrs_[i].sg_list = send_sges_[i].data();
+      send_wrs_[i].opcode = IBV_WR_SEND;
+      send_wrs_[i].wr.ud.remote_qkey = kQkey;
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  RPC_LOG_INFO("verbs transport on {} port {} (GID index {}, {} B packets, inline {} B)",
+               device_name_, port_, gid_index_, caps_.max_pkt_bytes, max_inline_);
+}
+
+VerbsTransport::~VerbsTransport() { cleanup(); }
+
+void VerbsTransport::cleanup() noexcept {
+  if (qp_ != nullptr) ibv_destroy_qp(qp_);
+  qp_ = nullptr;
+  for (auto& [key, ah] : ahs_) ibv_destroy_ah(ah);
+  ahs_.clear();
+  if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
+  ring_mr_ = nullptr;
+  if (send_cq_ != nullptr) ibv_destroy_cq(send_cq_);
+  if (recv_cq_ != nullptr) ibv_destroy_cq(recv_cq_);
+  send_cq_ = recv_cq_ = nullptr;
+  if (pd_ != nullptr && ibv_dealloc_pd(pd_) != 0) {
+    RPC_LOG_WARN(
+        "verbs transport: protection domain still in use at exit (memory not deregistered)");
+  }
+  pd_ = nullptr;
+  if (ctx_ != nullptr) ibv_close_device(ctx_);
+  ctx_ = nullptr;
+}
+
+// Posts ring buffers [first, first + n) (mod ring size) as one chain.
+void VerbsTransport::post_recv_range(size_t first, size_t n) {
+  const size_t ring = recv_wrs_.size();
+  while (n > 0) {
+    const size_t chunk = std::min(n, ring - first);  // do not wrap inside a chain
+    for (size_t i = 0; i + 1 < chunk; i++) recv_wrs_[first + i].next = &recv_wrs_[first + i + 1];
+    recv_wrs_[first + chunk - 1].next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(qp_, &recv_wrs_[first], &bad) != 0) {
+      // Only a QP in error state refuses: nothing the engine could do.
+      RPC_LOG_ERROR("verbs transport: ibv_post_recv failed ({})", std::strerror(errno));
+    }
+    first = (first + chunk) % ring;
+    n -= chunk;
+  }
+  ring_next_post_ = first;
+}
+
+void VerbsTransport::post_recvs(size_t n) {
+  if (n > 0) post_recv_range(ring_next_post_, n);
+}
+
+// Waits for the previous signaled send: its completion also retires every
+// unsignaled send posted before it, which bounds the send queue.
+void VerbsTransport::reap_signaled_send() {
+  ibv_wc wc{};
+  for (;;) {
+    const int n = ibv_poll_cq(send_cq_, 1, &wc);
+    if (n < 0) {
+      RPC_LOG_ERROR("verbs transport: polling the send CQ failed");
+      break;
+    }
+    if (n == 0) continue;
+    if (wc.status != IBV_WC_SUCCESS) {
+      // Errors complete even unsignaled sends; that datagram is lost.
+      tx_errors_++;
+      RPC_LOG_WARN("verbs transport: send failed: {}", ibv_wc_status_str(wc.status));
+      continue;
+    }
+    break;  // our signaled send
+  }
+  signaled_outstanding_ = false;
+}
+
+void VerbsTransport::tx_burst(std::span<const TxItem> items) {
+  while (!items.empty()) {
+    const size_t n = std::min(items.size(), kMaxBatch);
+    for (size_t i = 0; i < n; i++) {
+      const TxItem& item = items[i];
+      const VerbsRoutingInfo* route =
+          reinterpret_cast<const VerbsRoutingInfo*>(item.route->bytes.data());
+      ibv_send_wr& wr = send_wrs_[i];
+      auto& sges = send_sges_[i];
+      sges[0] = ibv_sge{reinterpret_cast<uint64_t>(item.hdr), kPktHeaderBytes, item.data_lkey};
+      wr.num_sge = 1;
+      if (item.data_len > 0) {
+        sges[1] = ibv_sge{reinterpret_cast<uint64_t>(item.data), item.data_len, item.data_lkey};
+        wr.num_sge = 2;
+      }
+      wr.send_flags = kPktHeaderBytes + item.data_len <= max_inline_ ? IBV_SEND_INLINE : 0;
+      if (++sends_posted_ % kSignalEvery == 0) {
+        if (signaled_outstanding_) reap_signaled_send();
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        signaled_outstanding_ = true;
+      }
+      wr.wr.ud.ah = route->ah;
+      wr.wr.ud.remote_qpn = route->qpn;
+      wr.next = i + 1 < n ? &send_wrs_[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(qp_, &send_wrs_[0], &bad) != 0) {
+      // Datagram semantics: what was not posted is lost; the engine's RTO
+      // recovers it.
+      tx_errors_++;
+      RPC_LOG_WARN("verbs transport: ibv_post_send failed ({})", std::strerror(errno));
+    }
+    items = items.subspan(n);
+  }
+}
+
+uint64_t VerbsTransport::key_from_grh(const uint8_t* grh) const {
+  uint32_t tail = 0;
+  // RoCEv2/IPv4: the IPv4 header's source address (GRH area bytes 32..36);
+  // otherwise the last 4 bytes of the GRH's source GID (bytes 20..24).
+  std::memcpy(&tail, grh + (ipv4_gid_ ? 32 : 20), sizeof(tail));
+  return tail;
+}
+
+size_t VerbsTransport::rx_burst(std::span<RxPacket> out) {
+  const int want = static_cast<int>(std::min(out.size(), kMaxBatch));
+  const int n = ibv_poll_cq(recv_cq_, want, wcs_.data());
+  if (n <= 0) return 0;
+  for (int i = 0; i < n; i++) {
+    const ibv_wc& wc = wcs_[static_cast<size_t>(i)];
+    uint8_t* buf = ring_mem_.data() + wc.wr_id * ring_buf_bytes_;
+    RxPacket& pkt = out[static_cast<size_t>(i)];
+    pkt.buf = buf + kGrhBytes;
+    if (wc.status != IBV_WC_SUCCESS || wc.byte_len < kGrhBytes) {
+      pkt.len = 0;  // the engine counts it as too short and returns the buffer
+      pkt.src_key = 0;
+      continue;
+    }
+    pkt.len = wc.byte_len - static_cast<uint32_t>(kGrhBytes);
+    const uint32_t tail = use_grh_ ? static_cast<uint32_t>(key_from_grh(buf)) : wc.slid;
+    pkt.src_key = make_src_key(wc.src_qp, tail);
+  }
+  return static_cast<size_t>(n);
+}
+
+void VerbsTransport::fill_local_routing_info(RoutingInfo& out) const {
+  out = RoutingInfo{};
+  VerbsRoutingInfo v{};
+  std::memcpy(v.gid, local_gid_.raw, sizeof(v.gid));
+  v.qpn = qp_->qp_num;
+  v.lid = local_lid_;
+  v.magic = kVerbsRoutingMagic;
+  v.ah = nullptr;
+  std::memcpy(out.bytes.data(), &v, kVerbsRoutingWireBytes);
+}
+
+bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
+  VerbsRoutingInfo v = verbs_info_of(info);
+  if (v.magic != kVerbsRoutingMagic || v.qpn == 0 || v.qpn > 0xFFFFFF) return false;
+  // Bytes past the wire part must be zero: the info came off the network.
+  for (size_t i = kVerbsRoutingWireBytes; i < RoutingInfo::kMaxBytes; i++) {
+    if (info.bytes[i] != 0) return false;
+  }
+  std::array<uint8_t, 18> key{};
+  std::memcpy(key.data(), v.gid, 16);
+  std::memcpy(key.data() + 16, &v.lid, 2);
+  auto it = ahs_.find(key);
+  if (it == ahs_.end()) {
+    ibv_ah_attr aa{};
+    aa.port_num = port_;
+    aa.dlid = v.lid;
+    aa.sl = 0;
+    if (use_grh_) {
+      aa.is_global = 1;
+      std::memcpy(aa.grh.dgid.raw, v.gid, 16);
+      aa.grh.sgid_index = static_cast<uint8_t>(gid_index_);
+      aa.grh.hop_limit = 64;
+    }
+    ibv_ah* ah = ibv_create_ah(pd_, &aa);
+    if (ah == nullptr) {
+      RPC_LOG_INFO("verbs transport: no address handle for a peer ({})", std::strerror(errno));
+      return false;
+    }
+    it = ahs_.emplace(key, ah).first;
+  }
+  v.ah = it->second;
+  std::memcpy(info.bytes.data(), &v, sizeof(v));
+  return true;
+}
+
+uint64_t VerbsTransport::src_key_of(const RoutingInfo& resolved) const {
+  const VerbsRoutingInfo v = verbs_info_of(resolved);
+  uint32_t tail = v.lid;
+  if (use_grh_) std::memcpy(&tail, v.gid + 12, sizeof(tail));
+  return make_src_key(v.qpn, tail);
+}
+
+Result<MemReg> VerbsTransport::register_memory(void* addr, size_t len) {
+  ibv_mr* mr = ibv_reg_mr(
+      pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+  if (mr == nullptr) {
+    return Failure{fmt::format("verbs transport: ibv_reg_mr of {} bytes failed: {}", len,
+                               std::strerror(errno))};
+  }
+  return MemReg{mr->lkey, mr->rkey, mr};
+}
+
+void VerbsTransport::deregister_memory(const MemReg& reg) {
+  if (reg.desc != nullptr) ibv_dereg_mr(static_cast<ibv_mr*>(reg.desc));
+}
+
+}  // namespace rpc::detail

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The verbs suite on Soft-RoCE: boots the VM of scripts/rxe-vm.sh and runs
+# VERBS_TESTS (the verbs_tests binary) in it against rxe0, plus a short run
+# of each benchmark over verbs. Used by `meson test --suite verbs`.
+#
+#   run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR
+#
+# Skips (77) when not root (QEMU's shares of / need it) or when
+# LIBRPC_SKIP_RXE_VM=1. Any other failure, including a VM that does not
+# boot, fails the test: the transport must not go untested silently.
+set -u
+tests=${1:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
+bench=${2:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
+if [ "${LIBRPC_SKIP_RXE_VM:-0}" = 1 ]; then
+  echo "SKIP: LIBRPC_SKIP_RXE_VM=1"
+  exit 77
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: the Soft-RoCE VM needs root"
+  exit 77
+fi
+here=$(cd "$(dirname "$0")" && pwd -P)
+vm=$here/../../scripts/rxe-vm.sh
+# In the guest: the tests, then each benchmark for a moment (they check
+# their own results and exit nonzero on any failed request).
+guest_cmd="set -e
+'$tests'
+echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'
+'$bench/latency' --transport verbs --sizes 32,4K --iters 2000 --warmup 200 --duration 5
+'$bench/small_rpc_tput' --transport verbs --window 8 --duration 2
+'$bench/large_rpc_tput' --transport verbs --sizes 64K,1M --duration 2"
+cd "$here/../.." || exit 1 # the repository: the guest's working directory
+exec bash "$vm" -t 900 -- bash -c "$guest_cmd"
