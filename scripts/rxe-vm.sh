@@ -22,7 +22,8 @@
 # current directory) is shared read-write at the same path and is the
 # command's working directory; /tmp is a tmpfs. The guest has no network
 # card: nothing it sends leaves the VM. In the guest the command sees
-# RXE_IN_VM=1 and RXE_DEV=rxe0 (GID index 0: the link-local RoCEv2 GID).
+# RXE_IN_VM=1 and RXE_DEV=rxe0 (GID index 0: the link-local RoCEv2 GID),
+# and the host's ASAN/UBSAN/LSAN/TSAN_OPTIONS.
 #
 # Exit code: the command's; 124 if it timed out in the guest; 125 if the VM
 # did not boot or no exit code came back; 126 if the RDMA setup in the
@@ -219,6 +220,10 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 printf 'WORKDIR=%q\nCMD_TIMEOUT=%q\n' "$WORKDIR" "$CMD_TIMEOUT" >"$OUT/env.sh"
+# Sanitizer settings reach the command (CI runs the suite under ASan).
+for v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS; do
+  [ -n "${!v:-}" ] && printf 'export %s=%q\n' "$v" "${!v}" >>"$OUT/env.sh"
+done
 {
   printf 'cd -- %q || exit 126\nexec' "$WORKDIR"
   printf ' %q' "$@"
