@@ -96,8 +96,7 @@ struct Options {
 
 Options parse_args(int argc, char** argv) {
   static constexpr std::string_view kValued[] = {
-      "--mode",  "--server-uri", "--client-uri", "--transport", "--mtu",
-      "--sizes", "--window",     "--resp-size",  "--duration",  "--json",
+      "--sizes", "--window", "--resp-size", "--duration", "--json",
   };
   Options opt;
   bool client_flag_given = false;

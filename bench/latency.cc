@@ -96,8 +96,7 @@ struct Options {
 
 Options parse_args(int argc, char** argv) {
   static constexpr std::string_view kValued[] = {
-      "--mode",  "--server-uri", "--client-uri", "--transport", "--mtu",  "--sizes",
-      "--iters", "--warmup",     "--duration",   "--json",      "--size",
+      "--sizes", "--iters", "--warmup", "--duration", "--json", "--size",
   };
   static constexpr std::string_view kSwitches[] = {"--sweep"};
   Options opt;

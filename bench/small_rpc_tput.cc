@@ -99,9 +99,8 @@ struct Options {
 
 Options parse_args(int argc, char** argv) {
   static constexpr std::string_view kValued[] = {
-      "--mode",     "--server-uri", "--client-uri", "--transport",      "--mtu",
-      "--sessions", "--window",     "--size",       "--client-threads", "--server-threads",
-      "--duration", "--json",
+      "--sessions",       "--window",   "--size", "--client-threads",
+      "--server-threads", "--duration", "--json",
   };
   Options opt;
   bool client_flag_given = false;

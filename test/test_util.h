@@ -27,6 +27,9 @@ inline std::string test_transport() {
 }
 inline RpcConfig test_rpc_config(RpcConfig config) {
   config.transport = test_transport();
+  if (const char* provider = std::getenv("LIBRPC_TEST_FABRIC_PROVIDER")) {
+    config.fabric_provider = provider;
+  }
   return config;
 }
 

@@ -109,7 +109,7 @@ std::vector<Flag> split_flags(int argc, char** argv, std::span<const std::string
       flags.push_back(flag);
       continue;
     }
-    if (!contains(valued, flag.name)) {
+    if (!contains(valued, flag.name) && !contains(kEndpointFlags, flag.name)) {
       throw UsageError(fmt::format("unknown option '{}'", flag.name));
     }
     if (inline_value) {
@@ -162,6 +162,9 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
     ep.verbs_device = std::string(value);
   } else if (flag.name == "--gid-index") {
     ep.gid_index = static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
+  } else if (flag.name == "--fabric-provider") {
+    if (value.empty()) throw UsageError("--fabric-provider: empty name");
+    ep.fabric_provider = std::string(value);
   } else {
     return false;
   }
@@ -197,7 +200,9 @@ std::string endpoint_usage() {
       "  --transport NAME     RpcConfig.transport (default udp)\n"
       "  --mtu BYTES          RpcConfig.mtu_bytes (default {}); must match the server's\n"
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
-      "  --gid-index N        verbs: the GID index to address the port by (default 0)\n",
+      "  --gid-index N        verbs: the GID index to address the port by (default 0)\n"
+      "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"
+      "                       default: the first with RDM endpoints)\n",
       kDefaultMtu);
 }
 

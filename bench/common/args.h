@@ -51,8 +51,9 @@ struct Flag {
   std::string_view value;
 };
 
-// Splits argv[1..argc) into flags. Flags in `valued` take a value; those in
-// `switches` do not; "--help"/"-h" is always a switch. Throws UsageError on
+// Splits argv[1..argc) into flags. Flags in `valued` and the endpoint
+// flags (kEndpointFlags, below) take a value; those in `switches` do not;
+// "--help"/"-h" is always a switch. Throws UsageError on
 // a word that is not a known flag or a missing value.
 std::vector<Flag> split_flags(int argc, char** argv, std::span<const std::string_view> valued,
                               std::span<const std::string_view> switches);
@@ -69,12 +70,13 @@ struct EndpointOptions {
   std::size_t mtu = kDefaultMtu;
   std::string verbs_device;  // empty: the first device with an active port
   int gid_index = 0;
+  std::string fabric_provider;  // empty: libfabric's first RDM provider
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
 inline constexpr std::string_view kEndpointFlags[] = {
     "--mode", "--server-uri",   "--client-uri", "--transport",
-    "--mtu",  "--verbs-device", "--gid-index"};
+    "--mtu",  "--verbs-device", "--gid-index",  "--fabric-provider"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

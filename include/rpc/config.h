@@ -36,7 +36,8 @@ using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
 struct RpcConfig {
   RpcId rpc_id = 0;
   // "udp" (default), "fake" (in-process, for tests), "verbs" (RDMA UD
-  // datagrams; where the library was built with libibverbs).
+  // datagrams; where the library was built with libibverbs), "fabric"
+  // (libfabric RDM endpoints, e.g. AWS EFA; where built with libfabric).
   std::string transport = "udp";
   // Link MTU in bytes, as configured on the interface. The udp transport
   // subtracts IP and UDP headers: 1500 gives 1472-byte datagrams. Loopback
@@ -49,6 +50,9 @@ struct RpcConfig {
   std::string verbs_device = {};
   uint8_t verbs_port = 1;
   int verbs_gid_index = 0;
+  // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
+  // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.
+  std::string fabric_provider = {};
   // RX ring entries. Each session reserves kSessionCredits of them at both
   // ends, so this bounds the number of sessions.
   size_t rx_ring_size = 4096;

@@ -21,10 +21,10 @@ uint64_t make_cookie(SessionNum sn, bool server, uint64_t req_num) {
 }  // namespace
 
 void RpcImpl::fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload) {
-  const BulkCtrl c{
-      reinterpret_cast<uint64_t>(payload.data()),
-      MsgBufferAccess::region(payload) ? MsgBufferAccess::region(payload)->reg.rkey : 0,
-      static_cast<uint32_t>(payload.size())};
+  const auto* region = MsgBufferAccess::region(payload);
+  const BulkCtrl c{reinterpret_cast<uint64_t>(payload.data()) -
+                       (region != nullptr ? region->reg.remote_addr_base : 0),
+                   region != nullptr ? region->reg.rkey : 0, static_cast<uint32_t>(payload.size())};
   std::memcpy(ctrl.data(), &c, sizeof(c));
 }
 

@@ -8,11 +8,17 @@
 #if RPC_HAVE_VERBS
 #include "transport/verbs/verbs_transport.h"
 #endif
+#if RPC_HAVE_FABRIC
+#include "transport/fabric/fabric_transport.h"
+#endif
 
 namespace rpc::detail {
 
 namespace {
-constexpr const char* kAvailable = RPC_HAVE_VERBS ? "udp, fake, verbs" : "udp, fake";
+constexpr const char* kAvailable = RPC_HAVE_VERBS && RPC_HAVE_FABRIC ? "udp, fake, verbs, fabric"
+                                   : RPC_HAVE_VERBS                  ? "udp, fake, verbs"
+                                   : RPC_HAVE_FABRIC                 ? "udp, fake, fabric"
+                                                                     : "udp, fake";
 }  // namespace
 
 Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
@@ -29,6 +35,11 @@ Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
       return std::unique_ptr<Transport>(std::make_unique<VerbsTransport>(config));
     }
 #endif
+#if RPC_HAVE_FABRIC
+    if (config.transport == "fabric") {
+      return std::unique_ptr<Transport>(std::make_unique<FabricTransport>(config, bind_ip));
+    }
+#endif
   } catch (const std::exception& e) {
     return Failure{fmt::format("transport '{}': {}", config.transport, e.what())};
   }
@@ -36,7 +47,8 @@ Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
     return Failure{
         fmt::format("transport '{}' is not available in this build of librpc (available: {}){}",
                     config.transport, kAvailable,
-                    config.transport == "verbs" ? "; rebuild with libibverbs-dev installed" : "")};
+                    config.transport == "verbs" ? "; rebuild with libibverbs-dev installed"
+                                                : "; rebuild with libfabric-dev installed")};
   }
   return Failure{
       fmt::format("unknown transport '{}' (available: {})", config.transport, kAvailable)};

@@ -28,6 +28,10 @@ struct MemReg {
   uint32_t lkey = 0;     // local key (verbs lkey; fake: region id)
   uint32_t rkey = 0;     // remote key handed to peers for one-sided ops
   void* desc = nullptr;  // libfabric descriptor; unused elsewhere
+  // Peers name a byte of the region as its address minus this: 0 where
+  // remote addresses are virtual addresses (verbs, most libfabric
+  // providers), the region's start where they are offsets into it.
+  uint64_t remote_addr_base = 0;
 };
 
 struct TransportCaps {

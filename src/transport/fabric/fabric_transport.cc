@@ -1,0 +1,483 @@
+// The `fabric` transport: libfabric FI_EP_RDM. See the header.
+#include "transport/fabric/fabric_transport.h"
+
+#include <fmt/format.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "common/log.h"
+#include "wire/pkt_hdr.h"
+
+namespace rpc::detail {
+
+namespace {
+
+constexpr uint32_t kFabricApiVersion = FI_VERSION(1, 14);
+constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
+// Sends refused for lack of resources (-FI_EAGAIN) are retried after
+// driving progress this many times before the datagram is dropped (the RTO
+// then recovers it), so a stuck peer cannot stall the event loop.
+constexpr int kMaxTxRetries = 256;
+
+[[noreturn]] void fail(const std::string& what, int errno_value = 0) {
+  throw Error("fabric transport: " + what, errno_value);
+}
+
+std::string fi_error(ssize_t rc) { return fi_strerror(static_cast<int>(-rc)); }
+
+FabricRoutingInfo fabric_info_of(const RoutingInfo& info) {
+  FabricRoutingInfo f;
+  std::memcpy(&f, info.bytes.data(), sizeof(f));
+  return f;
+}
+
+// The hints: an RDM endpoint for untagged messages, RMA reads and writes if
+// the provider has them, the source of each message if it can say, and
+// every memory-registration mode we can follow.
+fi_info* make_hints(const std::string& provider, size_t rx_ring_size, bool want_source,
+                    bool want_rma) {
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) fail("fi_allocinfo failed", ENOMEM);
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG;
+  if (want_source) hints->caps |= FI_SOURCE;
+  if (want_rma) hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // one Rpc, one thread
+  hints->rx_attr->size = rx_ring_size;               // 0: the provider's default
+  if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
+}
+
+}  // namespace
+
+FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bind_ip) {
+  if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
+  try {
+    // Best first: sources and RMA; then without what the provider lacks.
+    // Where the provider addresses by IP, bind to the Nexus's address.
+    // A receive queue as deep as the ring is asked for too; a provider
+    // whose queue is shorter refuses it, and gets asked without.
+    int last_rc = 0;
+    for (int attempt = 0; attempt < 16 && info_ == nullptr; attempt++) {
+      const bool want_source = (attempt & 8) == 0;
+      const bool want_rma = (attempt & 4) == 0;
+      const bool with_node = (attempt & 2) == 0;
+      const bool want_depth = (attempt & 1) == 0;
+      fi_info* hints = make_hints(config.fabric_provider, want_depth ? config.rx_ring_size : 0,
+                                  want_source, want_rma);
+      const int rc = fi_getinfo(kFabricApiVersion, with_node ? bind_ip.c_str() : nullptr, nullptr,
+                                with_node ? FI_SOURCE : 0, hints, &info_);
+      fi_freeinfo(hints);
+      if (rc != 0) {
+        info_ = nullptr;
+        last_rc = rc;
+      }
+    }
+    if (info_ == nullptr) {
+      fail(fmt::format("no RDM endpoint from provider '{}' ({})",
+                       config.fabric_provider.empty() ? "any" : config.fabric_provider,
+                       fi_error(last_rc)),
+           ENODEV);
+    }
+    provider_ = info_->fabric_attr->prov_name;
+    // shm (libfabric 1.17) reports a sender it has no address-vector
+    // entry for as fi_addr 0 instead of FI_ADDR_NOTAVAIL, i.e. as whichever
+    // peer was inserted first (test_fabric.cc, "never resolved"), so its
+    // sources cannot tell a peer from a stranger: not used.
+    has_source_ = (info_->caps & FI_SOURCE) != 0 && provider_.rfind("shm", 0) != 0;
+    const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
+    local_mr_ = (mr_mode & FI_MR_LOCAL) != 0;
+    virt_addr_ = (mr_mode & FI_MR_VIRT_ADDR) != 0;
+    prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
+    endpoint_mr_ = (mr_mode & FI_MR_ENDPOINT) != 0;
+    // Bulk needs RMA and keys that fit the 32 bits of the engine's control
+    // packet. Without FI_MR_VIRT_ADDR remote addresses are offsets into the
+    // region (MemReg::remote_addr_base).
+    caps_.bulk = (info_->caps & FI_RMA) != 0 &&
+                 (!prov_key_ || info_->domain_attr->mr_key_size <= sizeof(uint32_t));
+
+    caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
+    if (caps_.max_pkt_bytes < kMinPktBytes) {
+      fail(fmt::format("packet size {} (mtu_bytes or the provider's max_msg_size) is below {}",
+                       caps_.max_pkt_bytes, kMinPktBytes),
+           EINVAL);
+    }
+    caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
+    // The ring is as deep as the provider's receive queue allows (shm:
+    // 1024, tcp;ofi_rxm: 2048); the engine admits sessions accordingly.
+    caps_.rx_ring_size = std::min(config.rx_ring_size, info_->rx_attr->size);
+    if (caps_.rx_ring_size < config.rx_ring_size) {
+      RPC_LOG_INFO("fabric transport: {} receives at most {} posted buffers; RX ring {} not {}",
+                   provider_, info_->rx_attr->size, caps_.rx_ring_size, config.rx_ring_size);
+    }
+    inject_bytes_ = std::min(info_->tx_attr->inject_size, sizeof(PendingSend::copy));
+    caps_.max_inline_bytes = inject_bytes_;
+    if (info_->tx_attr->iov_limit < 2) fail("the provider cannot send two iovecs at once", EINVAL);
+    if (inject_bytes_ < kPktHeaderBytes) fail("the provider cannot inject a header", EINVAL);
+
+    int rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
+    if (rc != 0) fail("fi_fabric: " + fi_error(rc));
+    rc = fi_domain(fabric_, info_, &domain_, nullptr);
+    if (rc != 0) fail("fi_domain: " + fi_error(rc));
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    rc = fi_av_open(domain_, &av_attr, &av_, nullptr);
+    if (rc != 0) fail("fi_av_open: " + fi_error(rc));
+    const size_t tx_depth = std::max<size_t>(info_->tx_attr->size, kMaxBatch);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.size = tx_depth;
+    rc = fi_cq_open(domain_, &cq_attr, &tx_cq_, nullptr);
+    if (rc != 0) fail("fi_cq_open (tx): " + fi_error(rc));
+    cq_attr.format = FI_CQ_FORMAT_MSG;
+    cq_attr.size = caps_.rx_ring_size;
+    rc = fi_cq_open(domain_, &cq_attr, &rx_cq_, nullptr);
+    if (rc != 0) fail("fi_cq_open (rx): " + fi_error(rc));
+    rc = fi_endpoint(domain_, info_, &ep_, nullptr);
+    if (rc != 0) fail("fi_endpoint: " + fi_error(rc));
+    rc = fi_ep_bind(ep_, &av_->fid, 0);
+    if (rc == 0) rc = fi_ep_bind(ep_, &tx_cq_->fid, FI_TRANSMIT);
+    if (rc == 0) rc = fi_ep_bind(ep_, &rx_cq_->fid, FI_RECV);
+    if (rc != 0) fail("fi_ep_bind: " + fi_error(rc));
+    rc = fi_enable(ep_);
+    if (rc != 0) fail("fi_enable: " + fi_error(rc));
+    size_t addr_len = local_addr_.size();
+    rc = fi_getname(&ep_->fid, local_addr_.data(), &addr_len);
+    if (rc != 0) {
+      fail(fmt::format("fi_getname: {} (the address must fit in {} bytes)", fi_error(rc),
+                       local_addr_.size()));
+    }
+    local_addr_len_ = addr_len;
+
+    tx_ctx_.resize(tx_depth);
+    tx_free_.reserve(tx_depth);
+    for (OpContext& c : tx_ctx_) tx_free_.push_back(&c);
+    bulk_done_.reserve(tx_depth);
+    pending_.resize(kMaxPending);
+
+    ring_buf_bytes_ = caps_.max_pkt_bytes;
+    ring_mem_.assign(caps_.rx_ring_size * ring_buf_bytes_, 0);
+    auto ring_reg = register_memory(ring_mem_.data(), ring_mem_.size());
+    if (!ring_reg) fail(ring_reg.error());
+    ring_desc_ = ring_reg->desc;
+    rx_ctx_.resize(caps_.rx_ring_size);
+    handed_out_.assign(caps_.rx_ring_size, 0);
+    for (uint32_t i = 0; i < caps_.rx_ring_size; i++) {
+      rx_ctx_[i].kind = OpKind::kRecv;
+      rx_ctx_[i].index = i;
+      post_recv(i);
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  RPC_LOG_INFO(
+      "fabric transport: provider {}, {} B packets, inject {} B, sources {}, bulk {} ({} "
+      "addresses)",
+      provider_, caps_.max_pkt_bytes, inject_bytes_, has_source_, caps_.bulk,
+      virt_addr_ ? "virtual" : "offset");
+}
+
+FabricTransport::~FabricTransport() { cleanup(); }
+
+void FabricTransport::cleanup() noexcept {
+  // Endpoint first: it cancels what is still posted.
+  if (ep_ != nullptr) fi_close(&ep_->fid);
+  ep_ = nullptr;
+  for (Region& r : regions_) {
+    if (r.mr != nullptr) fi_close(&r.mr->fid);
+    r = Region{};
+  }
+  if (av_ != nullptr) fi_close(&av_->fid);
+  if (tx_cq_ != nullptr) fi_close(&tx_cq_->fid);
+  if (rx_cq_ != nullptr) fi_close(&rx_cq_->fid);
+  av_ = nullptr;
+  tx_cq_ = rx_cq_ = nullptr;
+  if (domain_ != nullptr) fi_close(&domain_->fid);
+  domain_ = nullptr;
+  if (fabric_ != nullptr) fi_close(&fabric_->fid);
+  fabric_ = nullptr;
+  if (info_ != nullptr) fi_freeinfo(info_);
+  info_ = nullptr;
+}
+
+void FabricTransport::post_recv(uint32_t index) {
+  uint8_t* buf = ring_mem_.data() + size_t{index} * ring_buf_bytes_;
+  for (int attempt = 0; attempt < kMaxTxRetries; attempt++) {
+    const ssize_t rc =
+        fi_recv(ep_, buf, ring_buf_bytes_, ring_desc_, FI_ADDR_UNSPEC, &rx_ctx_[index].fi);
+    if (rc == 0) return;
+    if (rc != -FI_EAGAIN) {
+      RPC_LOG_ERROR("fabric transport: fi_recv: {}", fi_error(rc));
+      return;
+    }
+    progress_tx();
+  }
+  RPC_LOG_ERROR("fabric transport: fi_recv kept refusing; RX ring buffer {} lost", index);
+}
+
+void FabricTransport::post_recvs(size_t n) {
+  const size_t ring = handed_out_.size();
+  for (size_t i = 0; i < n && handed_count_ > 0; i++) {
+    post_recv(handed_out_[handed_head_]);
+    handed_head_ = (handed_head_ + 1) % ring;
+    handed_count_--;
+  }
+}
+
+uint64_t FabricTransport::make_src_key(fi_addr_t addr) const {
+  // Without FI_SOURCE every packet has key 0, as has every peer: the
+  // provider cannot tell us who sent what (see docs/transports.md).
+  if (!has_source_) return 0;
+  return addr == FI_ADDR_NOTAVAIL ? UINT64_MAX : addr + 1;
+}
+
+size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
+  progress_tx();  // manual-progress providers move data only when polled
+  if (pending_count_ > 0) drain_pending();
+  const size_t want = std::min(out.size(), kMaxBatch);
+  std::array<fi_cq_msg_entry, kMaxBatch> entries;
+  std::array<fi_addr_t, kMaxBatch> sources;
+  const ssize_t n = has_source_ ? fi_cq_readfrom(rx_cq_, entries.data(), want, sources.data())
+                                : fi_cq_read(rx_cq_, entries.data(), want);
+  const size_t ring = handed_out_.size();
+  auto hand_out = [&](uint32_t index) {
+    handed_out_[(handed_head_ + handed_count_) % ring] = index;
+    handed_count_++;
+  };
+  if (n == -FI_EAVAIL) {
+    // A receive failed (e.g. truncated): hand its buffer out empty, so the
+    // engine counts it and returns it like any other.
+    fi_cq_err_entry err{};
+    if (fi_cq_readerr(rx_cq_, &err, 0) != 1 || err.op_context == nullptr) return 0;
+    const auto* ctx = static_cast<const OpContext*>(err.op_context);
+    RPC_LOG_DEBUG("fabric transport: receive failed: {}", fi_strerror(err.err));
+    out[0] = RxPacket{ring_mem_.data() + size_t{ctx->index} * ring_buf_bytes_, 0, 0};
+    hand_out(ctx->index);
+    return 1;
+  }
+  if (n <= 0) return 0;
+  for (size_t i = 0; i < static_cast<size_t>(n); i++) {
+    const auto* ctx = static_cast<const OpContext*>(entries[i].op_context);
+    out[i] = RxPacket{ring_mem_.data() + size_t{ctx->index} * ring_buf_bytes_,
+                      static_cast<uint32_t>(entries[i].len),
+                      make_src_key(has_source_ ? sources[i] : FI_ADDR_UNSPEC)};
+    hand_out(ctx->index);
+  }
+  return static_cast<size_t>(n);
+}
+
+FabricTransport::OpContext* FabricTransport::take_tx_context() {
+  for (int attempt = 0; tx_free_.empty() && attempt < kMaxTxRetries; attempt++) progress_tx();
+  if (tx_free_.empty()) return nullptr;
+  OpContext* ctx = tx_free_.back();
+  tx_free_.pop_back();
+  return ctx;
+}
+
+void FabricTransport::progress_tx() {
+  std::array<fi_cq_entry, kMaxBatch> entries;
+  for (;;) {
+    const ssize_t n = fi_cq_read(tx_cq_, entries.data(), entries.size());
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(tx_cq_, &err, 0) != 1) return;
+      auto* ctx = static_cast<OpContext*>(err.op_context);
+      RPC_LOG_DEBUG("fabric transport: operation failed: {}", fi_strerror(err.err));
+      if (ctx == nullptr) continue;
+      if (ctx->kind == OpKind::kBulk) bulk_done_.push_back(BulkCompletion{ctx->cookie, false});
+      tx_free_.push_back(ctx);
+      continue;
+    }
+    if (n <= 0) return;
+    for (size_t i = 0; i < static_cast<size_t>(n); i++) {
+      auto* ctx = static_cast<OpContext*>(entries[i].op_context);
+      if (ctx->kind == OpKind::kBulk) bulk_done_.push_back(BulkCompletion{ctx->cookie, true});
+      tx_free_.push_back(ctx);
+    }
+  }
+}
+
+FabricTransport::SendResult FabricTransport::try_send(const PendingSend& p) {
+  const size_t total = kPktHeaderBytes + p.data_len;
+  if (total <= inject_bytes_) {
+    // Small: the provider copies it now; no completion, no registration.
+    const ssize_t rc = fi_inject(ep_, p.copy.data(), total, p.dest);
+    if (rc == 0) return SendResult::kSent;
+    if (rc == -FI_EAGAIN) return SendResult::kAgain;
+    RPC_LOG_DEBUG("fabric transport: fi_inject: {}", fi_error(rc));
+    return SendResult::kFailed;
+  }
+  if (tx_free_.empty()) return SendResult::kAgain;
+  OpContext* ctx = tx_free_.back();
+  ctx->kind = OpKind::kSend;
+  // Zero copy: header and data straight from the registered MsgBuffer.
+  void* desc = p.lkey < regions_.size() ? regions_[p.lkey].desc : nullptr;
+  const iovec iov[2] = {{const_cast<uint8_t*>(p.hdr), kPktHeaderBytes},
+                        {const_cast<uint8_t*>(p.data), p.data_len}};
+  void* descs[2] = {desc, desc};
+  const ssize_t rc = fi_sendv(ep_, iov, descs, 2, p.dest, &ctx->fi);
+  if (rc == 0) {
+    tx_free_.pop_back();
+    return SendResult::kSent;
+  }
+  if (rc == -FI_EAGAIN) return SendResult::kAgain;
+  RPC_LOG_DEBUG("fabric transport: fi_sendv: {}", fi_error(rc));
+  return SendResult::kFailed;
+}
+
+void FabricTransport::queue_pending(const TxItem& item) {
+  if (pending_count_ == kMaxPending) {
+    tx_dropped_++;  // datagram semantics: the RTO recovers it
+    return;
+  }
+  PendingSend& p = pending_[(pending_head_ + pending_count_) % kMaxPending];
+  p.dest = reinterpret_cast<const FabricRoutingInfo*>(item.route->bytes.data())->fi_addr;
+  p.hdr = item.hdr;
+  p.data = item.data;
+  p.data_len = item.data_len;
+  p.lkey = item.data_lkey;
+  if (kPktHeaderBytes + item.data_len <= inject_bytes_) {
+    // The engine reuses control-packet headers after the burst: copy.
+    std::memcpy(p.copy.data(), item.hdr, kPktHeaderBytes);
+    if (item.data_len > 0) std::memcpy(p.copy.data() + kPktHeaderBytes, item.data, item.data_len);
+  }
+  pending_count_++;
+}
+
+// Sends what waits, oldest first, until the provider pushes back.
+void FabricTransport::drain_pending() {
+  while (pending_count_ > 0) {
+    SendResult r = try_send(pending_[pending_head_]);
+    if (r == SendResult::kAgain) {
+      progress_tx();  // reap completions, let the provider move
+      r = try_send(pending_[pending_head_]);
+      if (r == SendResult::kAgain) return;  // still busy: next burst or poll
+    }
+    if (r == SendResult::kFailed) tx_dropped_++;
+    pending_head_ = (pending_head_ + 1) % kMaxPending;
+    pending_count_--;
+  }
+}
+
+void FabricTransport::tx_burst(std::span<const TxItem> items) {
+  // Every datagram goes through the FIFO, so they leave in order even when
+  // the provider pushes back; normally the FIFO is empty again at once.
+  for (const TxItem& item : items) queue_pending(item);
+  drain_pending();
+}
+
+void FabricTransport::fill_local_routing_info(RoutingInfo& out) const {
+  out = RoutingInfo{};
+  FabricRoutingInfo f{};
+  f.magic = kFabricRoutingMagic;
+  f.addr_len = static_cast<uint8_t>(local_addr_len_);
+  std::memcpy(f.addr, local_addr_.data(), local_addr_len_);
+  std::memcpy(out.bytes.data(), &f, kFabricRoutingWireBytes);
+}
+
+bool FabricTransport::resolve_remote_routing_info(RoutingInfo& info) {
+  FabricRoutingInfo f = fabric_info_of(info);
+  if (f.magic != kFabricRoutingMagic || f.addr_len == 0 || f.addr_len > sizeof(f.addr)) {
+    return false;
+  }
+  // Bytes past the wire part must be zero: the info came off the network.
+  for (size_t i = kFabricRoutingWireBytes; i < RoutingInfo::kMaxBytes; i++) {
+    if (info.bytes[i] != 0) return false;
+  }
+  std::string key(reinterpret_cast<const char*>(f.addr), f.addr_len);
+  auto it = av_entries_.find(key);
+  if (it == av_entries_.end()) {
+    fi_addr_t addr = FI_ADDR_NOTAVAIL;
+    const int n = fi_av_insert(av_, f.addr, 1, &addr, 0, nullptr);
+    if (n != 1 || addr == FI_ADDR_NOTAVAIL) {
+      RPC_LOG_INFO("fabric transport: a peer's address was refused by the address vector");
+      return false;
+    }
+    it = av_entries_.emplace(std::move(key), addr).first;
+  }
+  f.fi_addr = it->second;
+  std::memcpy(info.bytes.data(), &f, sizeof(f));
+  return true;
+}
+
+uint64_t FabricTransport::src_key_of(const RoutingInfo& resolved) const {
+  return make_src_key(fabric_info_of(resolved).fi_addr);
+}
+
+Result<MemReg> FabricTransport::register_memory(void* addr, size_t len) {
+  uint64_t access = FI_SEND | FI_RECV;
+  if ((info_->caps & FI_RMA) != 0) access |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  fid_mr* mr = nullptr;
+  // Without FI_MR_PROV_KEY we choose the key: a counter, so it fits the
+  // 32 bits of the engine's bulk control packet.
+  int rc = fi_mr_reg(domain_, addr, len, access, 0, next_requested_key_++, 0, &mr, nullptr);
+  if (rc == 0 && endpoint_mr_) {
+    rc = fi_mr_bind(mr, &ep_->fid, 0);
+    if (rc == 0) rc = fi_mr_enable(mr);
+  }
+  if (rc != 0) {
+    if (mr != nullptr) fi_close(&mr->fid);
+    return Failure{
+        fmt::format("fabric transport: registering {} bytes failed: {}", len, fi_error(rc))};
+  }
+  uint32_t id;
+  if (free_region_ids_.empty()) {
+    id = static_cast<uint32_t>(regions_.size());
+    regions_.emplace_back();
+  } else {
+    id = free_region_ids_.back();
+    free_region_ids_.pop_back();
+  }
+  regions_[id] = Region{mr, fi_mr_desc(mr)};
+  const uint64_t key = fi_mr_key(mr);
+  return MemReg{id, static_cast<uint32_t>(std::min<uint64_t>(key, UINT32_MAX)), regions_[id].desc,
+                virt_addr_ ? 0 : reinterpret_cast<uint64_t>(addr)};
+}
+
+void FabricTransport::deregister_memory(const MemReg& reg) {
+  if (reg.lkey >= regions_.size() || regions_[reg.lkey].mr == nullptr) return;
+  fi_close(&regions_[reg.lkey].mr->fid);
+  regions_[reg.lkey] = Region{};
+  free_region_ids_.push_back(reg.lkey);
+}
+
+bool FabricTransport::post_rma(const BulkOp& op, bool write) {
+  if (!caps_.bulk) return false;
+  OpContext* ctx = take_tx_context();
+  if (ctx == nullptr) return false;
+  ctx->kind = OpKind::kBulk;
+  ctx->cookie = op.cookie;
+  const fi_addr_t peer =
+      reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
+  const ssize_t rc = write ? fi_write(ep_, op.local_addr, op.len, op.local_desc, peer,
+                                      op.remote_addr, op.remote_rkey, &ctx->fi)
+                           : fi_read(ep_, op.local_addr, op.len, op.local_desc, peer,
+                                     op.remote_addr, op.remote_rkey, &ctx->fi);
+  if (rc != 0) {
+    tx_free_.push_back(ctx);
+    if (rc != -FI_EAGAIN) {
+      RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
+    }
+    return false;
+  }
+  return true;
+}
+
+size_t FabricTransport::poll_bulk(std::span<BulkCompletion> out) {
+  progress_tx();
+  const size_t n = std::min(out.size(), bulk_done_.size());
+  std::copy_n(bulk_done_.begin(), n, out.begin());
+  bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(n));
+  return n;
+}
+
+}  // namespace rpc::detail
