@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The verbs suite on Soft-RoCE: boots the VM of scripts/rxe-vm.sh and runs
 # VERBS_TESTS (the verbs_tests binary) in it against rxe0, plus a short run
-# of each benchmark over verbs. Used by `meson test --suite verbs`.
+# of each benchmark over verbs, and one across two processes. Used by
+# `meson test --suite verbs`.
 #
 #   run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR
 #
@@ -28,6 +29,14 @@ guest_cmd="set -e
 echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'
 '$bench/latency' --transport verbs --sizes 32,4K --iters 2000 --warmup 200 --duration 5
 '$bench/small_rpc_tput' --transport verbs --window 8 --duration 2
-'$bench/large_rpc_tput' --transport verbs --sizes 64K,1M --duration 2"
+'$bench/large_rpc_tput' --transport verbs --sizes 64K,1M --duration 2
+echo '--- two processes over verbs: a latency server and a client'
+'$bench/latency' --mode server --server-uri 127.0.0.1:31877 --transport verbs > /tmp/server.log 2>&1 &
+server=\$!
+sleep 2
+'$bench/latency' --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K --iters 1000 --warmup 100 --duration 5
+kill -INT \$server
+wait \$server
+cat /tmp/server.log"
 cd "$here/../.." || exit 1 # the repository: the guest's working directory
 exec bash "$vm" -t 900 -- bash -c "$guest_cmd"

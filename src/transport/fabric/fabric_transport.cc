@@ -78,6 +78,12 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       if (rc != 0) {
         info_ = nullptr;
         last_rc = rc;
+      } else if (with_node && info_->addr_format != FI_SOCKADDR_IN &&
+                 info_->addr_format != FI_SOCKADDR_IN6) {
+        // Not addressed by IP: shm would take the IP string as the name of
+        // its shared-memory region, the same in every process.
+        fi_freeinfo(info_);
+        info_ = nullptr;
       }
     }
     if (info_ == nullptr) {
