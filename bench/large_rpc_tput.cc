@@ -214,7 +214,7 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
 }
 
 int run_server_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = *opt.ep.server_uri, .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, *opt.ep.server_uri));
   bench::register_bench_handlers(nexus);
   bench::install_stop_signals();
   // Not pinned: a client on the same host would pin onto the same CPU.
@@ -230,7 +230,7 @@ int run_server_mode(const Options& opt) {
 }
 
 int run_client_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = bench::client_nexus_uri(opt.ep), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, bench::client_nexus_uri(opt.ep)));
   bench::install_stop_signals();
   const std::string setup =
       fmt::format("client mode on {} against rpc {} at {}: client thread not pinned, busy-polling",
@@ -242,8 +242,7 @@ int run_both_mode(const Options& opt) {
   const bench::CpuPlan plan = bench::plan_cpus(1, 1);
   // The Nexus (and its session-management thread) is created on this
   // thread, which is never pinned: it only sleeps and prints.
-  rpc::Nexus nexus(
-      rpc::NexusConfig{.uri = opt.ep.server_uri.value_or("127.0.0.1:0"), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, opt.ep.server_uri.value_or("127.0.0.1:0")));
   bench::register_bench_handlers(nexus);
   bench::install_stop_signals();
   bench::ServerThreads server(nexus, opt.ep, 1, kServerRpcId, plan.server_cpus);

@@ -319,7 +319,7 @@ void write_json(const Options& opt, const std::string& setup,
 // Modes
 
 int run_server_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = *opt.ep.server_uri, .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, *opt.ep.server_uri));
   bench::register_bench_handlers(nexus);
   bench::install_stop_signals();
   bench::ServerThreads server(nexus, opt.ep, 1, kServerRpcId, /*cpus=*/{});
@@ -334,7 +334,7 @@ int run_server_mode(const Options& opt) {
 }
 
 int run_client_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = bench::client_nexus_uri(opt.ep), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, bench::client_nexus_uri(opt.ep)));
   bench::ConnectWatch watch;
   rpc::Rpc client(nexus, bench::make_rpc_config(opt.ep, kStandaloneClientRpcId, &watch));
   const std::string setup =
@@ -351,8 +351,7 @@ int run_both_mode(const Options& opt) {
   const bench::CpuPlan plan = bench::plan_cpus(1, 1);
   // The Nexus (and its session-management thread) is created before any
   // pinning, so that thread keeps the process's original affinity.
-  rpc::Nexus nexus(
-      rpc::NexusConfig{.uri = opt.ep.server_uri.value_or("127.0.0.1:0"), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, opt.ep.server_uri.value_or("127.0.0.1:0")));
   bench::register_bench_handlers(nexus);
   bench::ServerThreads server(nexus, opt.ep, 1, kServerRpcId, plan.server_cpus);
 

@@ -270,7 +270,7 @@ int measure_and_report(const Options& opt, const std::string& setup, bench::Clie
 }
 
 int run_server_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = *opt.ep.server_uri, .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, *opt.ep.server_uri));
   bench::register_bench_handlers(nexus);
   bench::install_stop_signals();
   // Not pinned: a client on the same host would pin onto the same CPUs.
@@ -287,7 +287,7 @@ int run_server_mode(const Options& opt) {
 }
 
 int run_client_mode(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = bench::client_nexus_uri(opt.ep), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, bench::client_nexus_uri(opt.ep)));
   bench::install_stop_signals();
   print_plan(opt);
   bench::ClientThreads clients(nexus, client_config(opt, *opt.ep.server_uri, 0, /*cpus=*/{}));
@@ -304,8 +304,7 @@ int run_both_mode(const Options& opt) {
   const bench::CpuPlan plan = bench::plan_cpus(opt.client_threads, opt.server_threads);
   // The Nexus (and its session-management thread) is created on this
   // thread, which is never pinned: it only sleeps and prints.
-  rpc::Nexus nexus(
-      rpc::NexusConfig{.uri = opt.ep.server_uri.value_or("127.0.0.1:0"), .num_bg_threads = 0});
+  rpc::Nexus nexus(bench::make_nexus_config(opt.ep, opt.ep.server_uri.value_or("127.0.0.1:0")));
   bench::register_bench_handlers(nexus);
   bench::install_stop_signals();
   print_plan(opt);

@@ -258,7 +258,11 @@ rdma_setup() {
   ibv_devices
 }
 echo "=== rxe-vm: kernel $(uname -r), $(nproc) vCPUs"
-if ! rdma_setup >$V/setup.log 2>&1; then
+# In a subshell, outside any `if`: its set -e stops at the first failing
+# step and does not leak into the rest of this script.
+(rdma_setup) >$V/setup.log 2>&1
+setup_rc=$?
+if [ "$setup_rc" -ne 0 ]; then
   cat $V/setup.log
   echo "=== rxe-vm: RDMA setup failed"
   dmesg >$V/dmesg.log 2>&1

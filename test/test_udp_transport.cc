@@ -204,6 +204,25 @@ TEST_CASE("udp transport drops datagrams larger than its packet size") {
   b.post_recvs(2);
 }
 
+TEST_CASE("udp transport drops an oversized datagram that arrives while it is idle") {
+  UdpTransport big(make_config(9000), "127.0.0.1");
+  UdpTransport b(make_config(1500), "127.0.0.1");
+  const RoutingInfo to_b = route_to(b, big);
+  // Given b polled an empty socket (it then waits with recvfrom, one
+  // datagram at a time) and the next datagram is oversized
+  std::array<RxPacket, 4> burst;
+  REQUIRE(b.rx_burst(burst) == 0);
+  std::vector<OutPkt> first{make_pkt(1, 3000)};
+  big.tx_burst(items_of(first, to_b));
+  // Expect it dropped, and the good one after it delivered whole
+  std::vector<OutPkt> second{make_pkt(2, 30)};
+  big.tx_burst(items_of(second, to_b));
+  const std::vector<RxPacket> got = receive(b, 1);
+  REQUIRE(got.size() == 1);
+  check_pkt(got[0], second[0]);
+  b.post_recvs(1);
+}
+
 TEST_CASE("udp transport caps follow the mtu") {
   SECTION("ethernet mtu") {
     UdpTransport t(make_config(1500, 64), "127.0.0.1");

@@ -165,6 +165,10 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
   } else if (flag.name == "--fabric-provider") {
     if (value.empty()) throw UsageError("--fabric-provider: empty name");
     ep.fabric_provider = std::string(value);
+  } else if (flag.name == "--sm-timeout-ms") {
+    ep.sm_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
+  } else if (flag.name == "--failure-timeout-ms") {
+    ep.failure_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
   } else {
     return false;
   }
@@ -202,7 +206,12 @@ std::string endpoint_usage() {
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
       "  --gid-index N        verbs: the GID index to address the port by (default 0)\n"
       "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"
-      "                       default: the first with RDM endpoints)\n",
+      "                       default: the first with RDM endpoints)\n"
+      "  --sm-timeout-ms N    NexusConfig.sm_timeout_ms: connect timeout (default 1000)\n"
+      "  --failure-timeout-ms N\n"
+      "                       NexusConfig.failure_timeout_ms: a silent peer is declared\n"
+      "                       failed after this long (default 1000); raise it where a\n"
+      "                       busy-polling peer may not get a CPU for a while\n",
       kDefaultMtu);
 }
 

@@ -70,13 +70,16 @@ struct EndpointOptions {
   std::size_t mtu = kDefaultMtu;
   std::string verbs_device;  // empty: the first device with an active port
   int gid_index = 0;
-  std::string fabric_provider;  // empty: libfabric's first RDM provider
+  std::string fabric_provider;      // empty: libfabric's first RDM provider
+  uint32_t sm_timeout_ms = 0;       // 0: NexusConfig's default
+  uint32_t failure_timeout_ms = 0;  // 0: NexusConfig's default
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
 inline constexpr std::string_view kEndpointFlags[] = {
-    "--mode", "--server-uri",   "--client-uri", "--transport",
-    "--mtu",  "--verbs-device", "--gid-index",  "--fabric-provider"};
+    "--mode",          "--server-uri",        "--client-uri", "--transport",
+    "--mtu",           "--verbs-device",      "--gid-index",  "--fabric-provider",
+    "--sm-timeout-ms", "--failure-timeout-ms"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

@@ -105,4 +105,11 @@ void close_sessions(rpc::Rpc& rpc, std::span<const ClientSession> sessions) {
   rpc.run_event_loop(std::chrono::milliseconds(10));
 }
 
+rpc::NexusConfig make_nexus_config(const EndpointOptions& ep, std::string uri) {
+  rpc::NexusConfig config{.uri = std::move(uri), .num_bg_threads = 0};
+  if (ep.sm_timeout_ms > 0) config.sm_timeout_ms = ep.sm_timeout_ms;
+  if (ep.failure_timeout_ms > 0) config.failure_timeout_ms = ep.failure_timeout_ms;
+  return config;
+}
+
 }  // namespace bench

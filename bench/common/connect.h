@@ -38,6 +38,11 @@ std::string local_address_towards(const std::string& server_uri);
 // with port 0.
 std::string client_nexus_uri(const EndpointOptions& ep);
 
+// The Nexus configuration of every benchmark: `uri`, no background
+// threads, and ep's session-management and failure timeouts (0: the
+// library's defaults).
+rpc::NexusConfig make_nexus_config(const EndpointOptions& ep, std::string uri);
+
 // A client session and the server Rpc it goes to.
 struct ClientSession {
   rpc::SessionNum num = rpc::kInvalidSessionNum;

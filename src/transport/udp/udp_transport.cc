@@ -191,12 +191,35 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
   if (n == 0) return 0;
 
   const size_t pkt_bytes = caps_.max_pkt_bytes;
+  if (rx_empty_polls_ >= kIdlePolls) {
+    // Idle for a while (a request/response wait, not a gap inside a
+    // stream): wait for the next datagram with recvfrom, whose empty call
+    // is cheaper than recvmmsg's (no msghdr and iovec array to import).
+    // Batches resume with the next poll.
+    uint8_t* buf = &ring_mem_[ring_head_ * pkt_bytes];
+    sockaddr_in& src = ring_src_[ring_head_];
+    socklen_t src_len = sizeof(src);
+    // MSG_TRUNC: the datagram's real length, to spot one longer than ours.
+    const ssize_t len = ::recvfrom(fd_, buf, pkt_bytes, MSG_DONTWAIT | MSG_TRUNC,
+                                   reinterpret_cast<sockaddr*>(&src), &src_len);
+    if (len < 0) return 0;  // EAGAIN: still idle; other errors: treat as loss
+    rx_empty_polls_ = 0;
+    if (static_cast<size_t>(len) > pkt_bytes) return 0;  // truncated: dropped (see below)
+    out[0] = {buf, static_cast<uint32_t>(len), make_src_key(src.sin_addr.s_addr, src.sin_port)};
+    ring_head_ = (ring_head_ + 1) % ring_size;
+    ring_in_use_++;
+    return 1;
+  }
   // msg_namelen stays sizeof(sockaddr_in): the kernel writes back the
   // length of an IPv4 source address, which is the same value.
   mmsghdr* msgs = &ring_msgs_[ring_head_];
 
   const int r = ::recvmmsg(fd_, msgs, static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
-  if (r <= 0) return 0;  // EAGAIN: nothing pending; other errors: treat as loss
+  if (r <= 0) {
+    rx_empty_polls_++;
+    return 0;  // EAGAIN: nothing pending; other errors: treat as loss
+  }
+  rx_empty_polls_ = 0;
 
   // A datagram longer than our MTU arrives truncated; its header would lie
   // about its length, so drop it and close the gap by moving later packets

@@ -64,6 +64,10 @@ class UdpTransport final : public Transport {
   std::array<sockaddr_in, kMaxBatch> tx_dsts_{};
   size_t ring_head_ = 0;
   size_t ring_in_use_ = 0;
+  // Empty polls in a row; from kIdlePolls on, rx_burst polls with
+  // recvfrom. A stream's gaps are shorter; a request/response wait longer.
+  static constexpr uint32_t kIdlePolls = 4;
+  uint32_t rx_empty_polls_ = kIdlePolls;
 };
 
 }  // namespace rpc::detail
