@@ -99,15 +99,14 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // sources cannot tell a peer from a stranger: not used.
     has_source_ = (info_->caps & FI_SOURCE) != 0 && provider_.rfind("shm", 0) != 0;
     const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
-    local_mr_ = (mr_mode & FI_MR_LOCAL) != 0;
     virt_addr_ = (mr_mode & FI_MR_VIRT_ADDR) != 0;
-    prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
+    const bool prov_key = (mr_mode & FI_MR_PROV_KEY) != 0;
     endpoint_mr_ = (mr_mode & FI_MR_ENDPOINT) != 0;
     // Bulk needs RMA and keys that fit the 32 bits of the engine's control
     // packet. Without FI_MR_VIRT_ADDR remote addresses are offsets into the
     // region (MemReg::remote_addr_base).
     caps_.bulk = (info_->caps & FI_RMA) != 0 &&
-                 (!prov_key_ || info_->domain_attr->mr_key_size <= sizeof(uint32_t));
+                 (!prov_key || info_->domain_attr->mr_key_size <= sizeof(uint32_t));
 
     caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
     if (caps_.max_pkt_bytes < kMinPktBytes) {
@@ -123,10 +122,10 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       RPC_LOG_INFO("fabric transport: {} receives at most {} posted buffers; RX ring {} not {}",
                    provider_, info_->rx_attr->size, caps_.rx_ring_size, config.rx_ring_size);
     }
-    inject_bytes_ = std::min(info_->tx_attr->inject_size, sizeof(PendingSend::copy));
-    caps_.max_inline_bytes = inject_bytes_;
+    caps_.max_inline_bytes = std::min(info_->tx_attr->inject_size, sizeof(PendingSend::copy));
     if (info_->tx_attr->iov_limit < 2) fail("the provider cannot send two iovecs at once", EINVAL);
-    if (inject_bytes_ < kPktHeaderBytes) fail("the provider cannot inject a header", EINVAL);
+    if (caps_.max_inline_bytes < kPktHeaderBytes)
+      fail("the provider cannot inject a header", EINVAL);
 
     int rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
     if (rc != 0) fail("fi_fabric: " + fi_error(rc));
@@ -169,8 +168,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     bulk_done_.reserve(tx_depth);
     pending_.resize(kMaxPending);
 
-    ring_buf_bytes_ = caps_.max_pkt_bytes;
-    ring_mem_.assign(caps_.rx_ring_size * ring_buf_bytes_, 0);
+    ring_mem_.assign(caps_.rx_ring_size * caps_.max_pkt_bytes, 0);
     auto ring_reg = register_memory(ring_mem_.data(), ring_mem_.size());
     if (!ring_reg) fail(ring_reg.error());
     ring_desc_ = ring_reg->desc;
@@ -188,7 +186,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
   RPC_LOG_INFO(
       "fabric transport: provider {}, {} B packets, inject {} B, sources {}, bulk {} ({} "
       "addresses)",
-      provider_, caps_.max_pkt_bytes, inject_bytes_, has_source_, caps_.bulk,
+      provider_, caps_.max_pkt_bytes, caps_.max_inline_bytes, has_source_, caps_.bulk,
       virt_addr_ ? "virtual" : "offset");
 }
 
@@ -216,10 +214,10 @@ void FabricTransport::cleanup() noexcept {
 }
 
 void FabricTransport::post_recv(uint32_t index) {
-  uint8_t* buf = ring_mem_.data() + size_t{index} * ring_buf_bytes_;
+  uint8_t* buf = ring_mem_.data() + size_t{index} * caps_.max_pkt_bytes;
   for (int attempt = 0; attempt < kMaxTxRetries; attempt++) {
     const ssize_t rc =
-        fi_recv(ep_, buf, ring_buf_bytes_, ring_desc_, FI_ADDR_UNSPEC, &rx_ctx_[index].fi);
+        fi_recv(ep_, buf, caps_.max_pkt_bytes, ring_desc_, FI_ADDR_UNSPEC, &rx_ctx_[index].fi);
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
       RPC_LOG_ERROR("fabric transport: fi_recv: {}", fi_error(rc));
@@ -269,14 +267,14 @@ size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
     if (fi_cq_readerr(rx_cq_, &err, 0) != 1 || err.op_context == nullptr) return 0;
     const auto* ctx = static_cast<const OpContext*>(err.op_context);
     RPC_LOG_DEBUG("fabric transport: receive failed: {}", fi_strerror(err.err));
-    out[0] = RxPacket{ring_mem_.data() + size_t{ctx->index} * ring_buf_bytes_, 0, 0};
+    out[0] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes, 0, 0};
     hand_out(ctx->index);
     return 1;
   }
   if (n <= 0) return 0;
   for (size_t i = 0; i < static_cast<size_t>(n); i++) {
     const auto* ctx = static_cast<const OpContext*>(entries[i].op_context);
-    out[i] = RxPacket{ring_mem_.data() + size_t{ctx->index} * ring_buf_bytes_,
+    out[i] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes,
                       static_cast<uint32_t>(entries[i].len),
                       make_src_key(has_source_ ? sources[i] : FI_ADDR_UNSPEC)};
     hand_out(ctx->index);
@@ -317,7 +315,7 @@ void FabricTransport::progress_tx() {
 
 FabricTransport::SendResult FabricTransport::try_send(const PendingSend& p) {
   const size_t total = kPktHeaderBytes + p.data_len;
-  if (total <= inject_bytes_) {
+  if (total <= caps_.max_inline_bytes) {
     // Small: the provider copies it now; no completion, no registration.
     const ssize_t rc = fi_inject(ep_, p.copy.data(), total, p.dest);
     if (rc == 0) return SendResult::kSent;
@@ -354,7 +352,7 @@ void FabricTransport::queue_pending(const TxItem& item) {
   p.data = item.data;
   p.data_len = item.data_len;
   p.lkey = item.data_lkey;
-  if (kPktHeaderBytes + item.data_len <= inject_bytes_) {
+  if (kPktHeaderBytes + item.data_len <= caps_.max_inline_bytes) {
     // The engine reuses control-packet headers after the burst: copy.
     std::memcpy(p.copy.data(), item.hdr, kPktHeaderBytes);
     if (item.data_len > 0) std::memcpy(p.copy.data() + kPktHeaderBytes, item.data, item.data_len);

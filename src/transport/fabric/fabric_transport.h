@@ -108,10 +108,7 @@ class FabricTransport final : public Transport {
   std::string provider_;
   bool has_source_ = false;
   bool virt_addr_ = false;
-  bool local_mr_ = false;  // FI_MR_LOCAL: local buffers need descriptors
   bool endpoint_mr_ = false;
-  bool prov_key_ = false;
-  size_t inject_bytes_ = 0;
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
@@ -124,7 +121,6 @@ class FabricTransport final : public Transport {
 
   // RX ring; buffers are re-posted in the order the engine returns them.
   std::vector<uint8_t> ring_mem_;
-  size_t ring_buf_bytes_ = 0;
   void* ring_desc_ = nullptr;
   std::vector<OpContext> rx_ctx_;
   // Buffers handed to the engine, oldest first (a ring of ring-size slots).

@@ -142,13 +142,12 @@ VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_por
     qa.cap.max_inline_data = kWantedInlineBytes;
     qp_ = ibv_create_qp(pd_, &qa);
     if (qp_ == nullptr) fail("ibv_create_qp (UD) failed", errno);
-    max_inline_ = qa.cap.max_inline_data;
-    if (max_inline_ < kPktHeaderBytes) {
+    caps_.max_inline_bytes = qa.cap.max_inline_data;
+    if (caps_.max_inline_bytes < kPktHeaderBytes) {
       fail(fmt::format("{} inlines only {} bytes; control packets need {}", device_name_,
-                       max_inline_, kPktHeaderBytes),
+                       caps_.max_inline_bytes, kPktHeaderBytes),
            EINVAL);
     }
-    caps_.max_inline_bytes = max_inline_;
 
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_INIT;
@@ -194,7 +193,7 @@ VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_por
     throw;
   }
   RPC_LOG_INFO("verbs transport on {} port {} (GID index {}, {} B packets, inline {} B)",
-               device_name_, port_, gid_index_, caps_.max_pkt_bytes, max_inline_);
+               device_name_, port_, gid_index_, caps_.max_pkt_bytes, caps_.max_inline_bytes);
 }
 
 VerbsTransport::~VerbsTransport() { cleanup(); }
@@ -277,7 +276,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
         sges[1] = ibv_sge{reinterpret_cast<uint64_t>(item.data), item.data_len, item.data_lkey};
         wr.num_sge = 2;
       }
-      wr.send_flags = kPktHeaderBytes + item.data_len <= max_inline_ ? IBV_SEND_INLINE : 0;
+      wr.send_flags =
+          kPktHeaderBytes + item.data_len <= caps_.max_inline_bytes ? IBV_SEND_INLINE : 0;
       if (++sends_posted_ % kSignalEvery == 0) {
         if (signaled_outstanding_) reap_signaled_send();
         wr.send_flags |= IBV_SEND_SIGNALED;

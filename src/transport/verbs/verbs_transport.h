@@ -94,7 +94,6 @@ class VerbsTransport final : public Transport {
   ibv_qp* qp_ = nullptr;
   ibv_mr* ring_mr_ = nullptr;
   size_t sq_depth_ = 0;
-  uint32_t max_inline_ = 0;
 
   // RX ring: rx_ring_size buffers of kGrhBytes + max_pkt_bytes, posted in
   // order; UD receives complete in the order they were posted.
