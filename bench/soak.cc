@@ -5,9 +5,10 @@
 // corrupted response, an error or a memory leak shows up here.
 //
 //   soak [--duration SECONDS] [--loss FRACTION] [--window N] [--json FILE]
+#include <fmt/core.h>
 #include <rpc/rpc_all.h>
-
 #include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -15,10 +16,82 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/args.h"
+#include "common/program.h"
+
 namespace {
+
+using bench::UsageError;
+
+constexpr std::string_view kProgram = "soak";
+constexpr double kDefaultDurationS = 60;
+constexpr double kDefaultLoss = 0.01;
+constexpr size_t kDefaultWindow = 8;
+constexpr size_t kMaxWindow = 4096;
+
+void print_usage(std::FILE* out) {
+  fmt::print(out,
+             "usage: soak [options]\n"
+             "\n"
+             "Echo RPCs of mixed sizes (16 B .. 64 KiB) between two Rpcs of this process,\n"
+             "with TX loss injected at both ends; checks every byte and reports\n"
+             "retransmissions and resident memory. Exits 1 on any error or bad data.\n"
+             "\n"
+             "  --duration SECONDS   how long to send requests (default {})\n"
+             "  --loss FRACTION      fraction of packets each end drops on TX, in [0, 1)\n"
+             "                       (default {})\n"
+             "  --window N           requests in flight, 1..{} (default {})\n"
+             "  --json FILE          also write the results as JSON to FILE\n"
+             "  -h, --help           show this help\n",
+             kDefaultDurationS, kDefaultLoss, kMaxWindow, kDefaultWindow);
+}
+
+struct Options {
+  double duration_s = kDefaultDurationS;
+  double loss = kDefaultLoss;
+  size_t window = kDefaultWindow;
+  std::string json;
+  bool help = false;
+};
+
+// A number in [0, 1).
+double parse_fraction(std::string_view flag, std::string_view text) {
+  const std::string copy(text);
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !(value >= 0 && value < 1)) {
+    throw UsageError(fmt::format("{}: '{}' is not a number in [0, 1)", flag, text));
+  }
+  return value;
+}
+
+Options parse_args(int argc, char** argv) {
+  static constexpr std::string_view kValued[] = {"--duration", "--loss", "--window", "--json"};
+  Options opt;
+  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
+    if (f.name == "--help") {
+      opt.help = true;
+      return opt;
+    }
+    if (f.name == "--duration") {
+      opt.duration_s = bench::parse_positive_double(f.name, f.value);
+    } else if (f.name == "--loss") {
+      opt.loss = parse_fraction(f.name, f.value);
+    } else if (f.name == "--window") {
+      opt.window = static_cast<size_t>(bench::parse_unsigned(f.name, f.value, 1, kMaxWindow));
+    } else if (f.name == "--json") {
+      opt.json = bench::parse_path(f.name, f.value);
+    } else {
+      // The endpoint flags the other programs take: soak runs in-process.
+      throw UsageError(fmt::format("unknown option '{}'", f.name));
+    }
+  }
+  return opt;
+}
 
 constexpr rpc::ReqType kEcho = 1;
 constexpr size_t kSizes[] = {16, 32, 1000, 1456, 1457, 5000, 20000, 65536};
@@ -90,31 +163,11 @@ void send(rpc::Rpc& rpc, Slot& s) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  double duration_s = 60, loss = 0.01;
-  size_t window = 8;
-  std::string json;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--duration")
-      duration_s = std::atof(argv[i + 1]);
-    else if (flag == "--loss")
-      loss = std::atof(argv[i + 1]);
-    else if (flag == "--window")
-      window = static_cast<size_t>(std::atol(argv[i + 1]));
-    else if (flag == "--json")
-      json = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: soak [--duration S] [--loss F] [--window N] [--json FILE]\n");
-      return 2;
-    }
-  }
-  if ((argc - 1) % 2 != 0 || duration_s <= 0 || loss < 0 || loss >= 1 || window == 0) {
-    std::fprintf(stderr, "usage: soak [--duration S] [--loss F] [--window N] [--json FILE]\n");
-    return 2;
-  }
+int run(const Options& opt) {
+  const double duration_s = opt.duration_s;
+  const double loss = opt.loss;
+  const size_t window = opt.window;
+  const std::string& json = opt.json;
   rpc::Nexus nexus({.uri = "127.0.0.1:0"});
   if (!nexus.register_handler(kEcho, echo)) return 1;
   const rpc::RpcConfig base{.rto_us = 2000, .drop_tx_fraction = loss};
@@ -195,4 +248,17 @@ int main(int argc, char** argv) {
         << ",\"rss_start_kib\":" << rss_start_kib << ",\"rss_end_kib\":" << rss_end_kib << "}\n";
   }
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench::run_main(kProgram, print_usage, [&] {
+    const Options opt = parse_args(argc, argv);
+    if (opt.help) {
+      print_usage(stdout);
+      return 0;
+    }
+    return run(opt);
+  });
 }

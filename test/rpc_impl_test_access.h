@@ -16,6 +16,9 @@ struct RpcImplTestAccess {
   static void deliver_sm(RpcImpl& rpc, const SmMsg& msg, const NetAddr& from) {
     rpc.handle_sm(SmDelivery{msg, from});
   }
+  // Bytes of the server receive budget in use.
+  static size_t rx_budget_used(RpcImpl& rpc) { return rpc.rx_budget_used_bytes_; }
+  static size_t num_tombstones(RpcImpl& rpc) { return rpc.tombstones_.size(); }
   static bool header_sane(RpcImpl& rpc, const PktHdr& hdr, size_t data_len) {
     return rpc.header_sane(hdr, data_len);
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,8 @@ struct FakeRegistrar {
   std::vector<uint32_t> deregistered;
   bool fail = false;
 
-  std::unique_ptr<Allocator> make_allocator(bool thread_safe = false) {
+  std::unique_ptr<Allocator> make_allocator(bool thread_safe = false,
+                                            size_t large_cache_bytes = 0) {
     auto reg = [this](void* base, size_t len) -> Result<MemReg> {
       if (fail) return Failure{"registration refused"};
       const auto lkey = static_cast<uint32_t>(registered.size() + 1);
@@ -41,7 +43,7 @@ struct FakeRegistrar {
       return MemReg{lkey, lkey, nullptr};
     };
     auto dereg = [this](const MemReg& r) { deregistered.push_back(r.lkey); };
-    return std::make_unique<Allocator>(reg, dereg, thread_safe);
+    return std::make_unique<Allocator>(reg, dereg, thread_safe, large_cache_bytes);
   }
 };
 
@@ -54,7 +56,7 @@ bool inside_region(const Allocation& a) {
 
 }  // namespace
 
-TEST_CASE("alloc rounds up to the smallest size class that fits") {
+TEST_CASE("alloc rounds up to the smallest size class that fits", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
 
@@ -83,7 +85,7 @@ TEST_CASE("alloc rounds up to the smallest size class that fits") {
   }
 }
 
-TEST_CASE("a request beyond the largest size class fails without mapping anything") {
+TEST_CASE("a request beyond the largest size class fails without mapping anything", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   const size_t largest = Allocator::kMinClassBytes << (Allocator::kNumClasses - 1);
@@ -96,7 +98,7 @@ TEST_CASE("a request beyond the largest size class fails without mapping anythin
   CHECK(registrar.registered.empty());
 }
 
-TEST_CASE("every allocation is 64-byte aligned") {
+TEST_CASE("every allocation is 64-byte aligned", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   for (size_t len : {1, 7, 63, 64, 65, 100, 1000, 4097, 65536, 300000}) {
@@ -108,7 +110,7 @@ TEST_CASE("every allocation is 64-byte aligned") {
   }
 }
 
-TEST_CASE("blocks of a size class are reused after free") {
+TEST_CASE("blocks of a size class are reused after free", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   const Allocation first = allocator->alloc(1000);
@@ -124,14 +126,14 @@ TEST_CASE("blocks of a size class are reused after free") {
   CHECK(allocator->num_regions() == regions);
 }
 
-TEST_CASE("freeing an empty allocation is a no-op") {
+TEST_CASE("freeing an empty allocation is a no-op", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   allocator->free(Allocation{});
   CHECK(allocator->num_regions() == 0);
 }
 
-TEST_CASE("a large allocation gets its own registered region") {
+TEST_CASE("a large allocation gets its own registered region", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   const Allocation small = allocator->alloc(64);
@@ -153,17 +155,168 @@ TEST_CASE("a large allocation gets its own registered region") {
   CHECK(large.region->reg.lkey == registrar.registered[1].lkey);
   CHECK(allocator->bytes_reserved() == Allocator::kChunkBytes + 16 * kMiB);
 
-  SECTION("and the region is reused after free") {
+  SECTION("and the region is deregistered and unmapped when the block is freed") {
+    const uint32_t large_lkey = large.region->reg.lkey;
     allocator->free(large);
+    CHECK(allocator->num_regions() == 1);
+    CHECK(allocator->bytes_reserved() == Allocator::kChunkBytes);
+    CHECK(registrar.deregistered == std::vector<uint32_t>{large_lkey});
+    // and a new large block gets a fresh region
     const Allocation again = allocator->alloc(10 * kMiB);
-    CHECK(again.buf == large.buf);
-    CHECK(again.region == large.region);
+    REQUIRE(again.buf != nullptr);
     CHECK(allocator->num_regions() == 2);
-    CHECK(registrar.registered.size() == 2);
+    CHECK(registrar.registered.size() == 3);
   }
 }
 
-TEST_CASE("register_fn is called once per chunk, and every region is deregistered") {
+TEST_CASE("hundreds of chunk-sized buffers can be allocated", "[allocator]") {
+  // A 1 MiB MsgBuffer needs a little more than 1 MiB (packet headers), so
+  // it takes a 2 MiB block: one block per chunk, one grow per allocation.
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator();
+  std::vector<Allocation> blocks;
+  for (size_t i = 0; i < 200; i++) {
+    const Allocation a = allocator->alloc(kMiB + 4096);
+    INFO("allocation " << i);
+    REQUIRE(a.buf != nullptr);
+    blocks.push_back(a);
+  }
+  CHECK(allocator->num_regions() == 200);
+  CHECK(allocator->alloc_failures() == 0);
+  CHECK(allocator->last_failure() == rpc::detail::AllocFailure::kNone);
+  // Freed, they stay on the free list (chunk-sized blocks are small ones)
+  for (const Allocation& a : blocks) allocator->free(a);
+  CHECK(allocator->num_regions() == 200);
+  for (size_t i = 0; i < 200; i++) CHECK(allocator->alloc(kMiB + 4096).buf != nullptr);
+  CHECK(allocator->num_regions() == 200);
+}
+
+TEST_CASE("thousands of 100 KiB buffers can be allocated", "[allocator]") {
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator();
+  for (size_t i = 0; i < 2000; i++) {
+    const Allocation a = allocator->alloc(100 * 1024 + 512);
+    INFO("allocation " << i);
+    REQUIRE(a.buf != nullptr);
+    CHECK(a.len == 128 * 1024);
+  }
+  // 16 blocks of 128 KiB per 2 MiB chunk
+  CHECK(allocator->num_regions() == 125);
+  CHECK(allocator->alloc_failures() == 0);
+}
+
+TEST_CASE("large blocks are given back to the system when freed", "[allocator]") {
+  // Given the memory a peer made us reserve with 32 requests of 16 MiB
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator();
+  const Allocation small = allocator->alloc(64);
+  REQUIRE(small.buf != nullptr);
+  std::vector<Allocation> large;
+  for (int i = 0; i < 32; i++) {
+    large.push_back(allocator->alloc(16 * kMiB));
+    REQUIRE(large.back().buf != nullptr);
+    std::memset(large.back().buf, i, 4096);  // the memory is really there
+  }
+  CHECK(allocator->num_regions() == 33);
+  CHECK(allocator->bytes_reserved() == Allocator::kChunkBytes + 32 * 16 * kMiB);
+
+  // When they are freed, in any order
+  for (size_t i = 0; i < large.size(); i += 2) allocator->free(large[i]);
+  for (size_t i = 1; i < large.size(); i += 2) allocator->free(large[i]);
+
+  // Expect every large region deregistered and unmapped, the small one kept
+  CHECK(allocator->num_regions() == 1);
+  CHECK(allocator->bytes_reserved() == Allocator::kChunkBytes);
+  CHECK(registrar.deregistered.size() == 32);
+  std::memset(small.buf, 1, small.len);
+  allocator->free(small);
+  CHECK(allocator->num_regions() == 1);
+  CHECK(registrar.deregistered.size() == 32);
+  // and the allocator still hands out both kinds
+  const Allocation again = allocator->alloc(3 * kMiB);
+  REQUIRE(again.buf != nullptr);
+  std::memset(again.buf, 2, again.len);
+  allocator->free(again);
+  CHECK(allocator->num_regions() == 1);
+}
+
+TEST_CASE("freed large regions are kept for reuse up to the cache budget, the rest given back",
+          "[allocator]") {
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator(/*thread_safe=*/false, /*large_cache_bytes=*/32 * kMiB);
+  // Given four 16 MiB blocks, freed
+  std::vector<Allocation> large;
+  for (int i = 0; i < 4; i++) large.push_back(allocator->alloc(16 * kMiB));
+  for (const Allocation& a : large) REQUIRE(a.buf != nullptr);
+  for (const Allocation& a : large) allocator->free(a);
+  // Expect two kept (32 MiB), two deregistered and unmapped
+  CHECK(allocator->num_regions() == 2);
+  CHECK(allocator->bytes_reserved() == 32 * kMiB);
+  CHECK(registrar.deregistered.size() == 2);
+  // and the kept ones reused, newest first, without a new registration
+  const Allocation again = allocator->alloc(9 * kMiB);
+  CHECK(again.buf == large[1].buf);
+  CHECK(again.region == large[1].region);
+  CHECK(registrar.registered.size() == 4);
+  // while a block of another size maps a region of its own
+  const Allocation other = allocator->alloc(4 * kMiB);
+  REQUIRE(other.buf != nullptr);
+  CHECK(registrar.registered.size() == 5);
+  CHECK(allocator->num_regions() == 3);
+}
+
+TEST_CASE("an allocation failure says why it failed", "[allocator]") {
+  using rpc::detail::AllocFailure;
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator();
+  CHECK(allocator->last_failure() == AllocFailure::kNone);
+
+  const size_t largest = Allocator::kMinClassBytes << (Allocator::kNumClasses - 1);
+  CHECK(allocator->alloc(largest + 1).buf == nullptr);
+  CHECK(allocator->last_failure() == AllocFailure::kTooLarge);
+  CHECK(allocator->alloc_failures() == 1);
+
+  registrar.fail = true;
+  CHECK(allocator->alloc(64).buf == nullptr);
+  CHECK(allocator->last_failure() == AllocFailure::kRegistrationFailed);
+  CHECK(allocator->alloc(9 * kMiB).buf == nullptr);
+  CHECK(allocator->last_failure() == AllocFailure::kRegistrationFailed);
+  CHECK(allocator->alloc_failures() == 3);
+  CHECK(std::string(allocator->last_failure_text()).find("register") != std::string::npos);
+
+  // A success does not clear the record of the last failure
+  registrar.fail = false;
+  CHECK(allocator->alloc(64).buf != nullptr);
+  CHECK(allocator->alloc_failures() == 3);
+  CHECK(allocator->last_failure() == AllocFailure::kRegistrationFailed);
+}
+
+TEST_CASE("a thread-safe allocator hands out and gives back large blocks from two threads",
+          "[allocator]") {
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator(/*thread_safe=*/true);
+  std::atomic<size_t> failures{0};
+  auto worker = [&] {
+    for (int i = 0; i < 200; i++) {
+      const Allocation a = allocator->alloc(3 * kMiB);
+      if (a.buf == nullptr) {
+        failures++;
+        continue;
+      }
+      a.buf[0] = 1;
+      allocator->free(a);
+    }
+  };
+  std::thread t1(worker);
+  std::thread t2(worker);
+  t1.join();
+  t2.join();
+  CHECK(failures == 0);
+  CHECK(allocator->num_regions() == 0);
+  CHECK(allocator->bytes_reserved() == 0);
+}
+
+TEST_CASE("register_fn is called once per chunk, and every region is deregistered", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   const size_t blocks_per_chunk = Allocator::kChunkBytes / Allocator::kMinClassBytes;
@@ -204,7 +357,7 @@ TEST_CASE("register_fn is called once per chunk, and every region is deregistere
         expected);
 }
 
-TEST_CASE("registration failure returns an empty allocation") {
+TEST_CASE("registration failure returns an empty allocation", "[allocator]") {
   FakeRegistrar registrar;
   registrar.fail = true;
   auto allocator = registrar.make_allocator();
@@ -226,7 +379,7 @@ TEST_CASE("registration failure returns an empty allocation") {
   }
 }
 
-TEST_CASE("writes across a whole block do not corrupt its neighbours") {
+TEST_CASE("writes across a whole block do not corrupt its neighbours", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator();
   std::vector<Allocation> blocks;
@@ -250,7 +403,7 @@ TEST_CASE("writes across a whole block do not corrupt its neighbours") {
   }
 }
 
-TEST_CASE("a thread-safe allocator can be used from two threads at once") {
+TEST_CASE("a thread-safe allocator can be used from two threads at once", "[allocator]") {
   FakeRegistrar registrar;
   auto allocator = registrar.make_allocator(/*thread_safe=*/true);
   std::atomic<size_t> failures{0};

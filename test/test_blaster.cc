@@ -128,6 +128,10 @@ RoutingInfo udp_route(uint16_t port, uint16_t magic = kUdpRoutingMagic) {
   return r;
 }
 
+// Data bytes per packet of a udp Rpc with the default mtu_bytes (1500):
+// less the IPv4 and UDP headers and ours. A connect must name it.
+constexpr uint32_t kUdpDefaultDataPerPkt = 1500 - 20 - 8 - kPktHeaderBytes;
+
 // A well-formed connect request, as a client Nexus would send it.
 SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_sn,
                   uint64_t incarnation = 0x5EED) {
@@ -141,6 +145,7 @@ SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_sn,
   m.incarnation = incarnation;
   m.routing = udp_route(reply_port);
   m.routing_len = RoutingInfo::kMaxBytes;
+  m.max_data_per_pkt = kUdpDefaultDataPerPkt;
   return m;
 }
 
@@ -201,8 +206,8 @@ class EchoStream {
 struct BlastReport {
   size_t datapath_sent = 0;
   size_t sm_sent = 0;
-  std::array<size_t, 10> sm_refusals{};  // by SmErr
-  size_t sm_accepted = 0;                // must stay 0: nothing it sends is acceptable
+  std::array<size_t, 256> sm_refusals{};  // by SmErr (any byte a reply may carry)
+  size_t sm_accepted = 0;                 // must stay 0: nothing it sends is acceptable
 };
 
 // Sends hostile datagrams to the server's datapath and SM ports until told
@@ -316,14 +321,15 @@ void blast(uint16_t data_port, uint16_t sm_port, SessionNum real_sn, SessionNum 
         break;
       case 10: {  // another protocol version
         auto b = sm_bytes(m);
-        b[4] = static_cast<uint8_t>(2 + rnd(100));
+        b[4] = static_cast<uint8_t>(kSmVersion + 1 + rnd(100));
         sock.send(sm_port, b);
         report.sm_sent++;
         return;
       }
       case 11: {  // a valid connect, cut short or padded
         auto b = sm_bytes(m);
-        b.resize(rnd(2) ? kSmEnvelopeBytes + rnd(kSmMsgBytes - kSmEnvelopeBytes) : 81 + rnd(100));
+        b.resize(rnd(2) ? kSmEnvelopeBytes + rnd(kSmMsgBytes - kSmEnvelopeBytes)
+                        : kSmMsgBytes + 1 + rnd(100));
         sock.send(sm_port, b);
         report.sm_sent++;
         return;
@@ -407,6 +413,7 @@ TEST_CASE("malformed datagrams over udp are dropped and counted by reason") {
   intruder.send(port, pkt(req_hdr(3000, real), 3000 - kPktHeaderBytes));
   send(std::vector<uint8_t>(3, 0));
   CHECK(s.drops.too_short == d0.too_short + 3);
+  CHECK(server.stats().drops.oversized == d0.oversized + 1);
   CHECK(s.handlers_run == 0);
   CHECK(s.drops.stale == d0.stale);
 

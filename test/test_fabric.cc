@@ -2,8 +2,13 @@
 // Linux machine: tcp;ofi_rxm and shm (the same FI_EP_RDM calls as efa). The
 // engine over fabric is covered by running the [any_transport] integration
 // cases with LIBRPC_TEST_TRANSPORT=fabric (test/meson.build).
+#include <netinet/in.h>
+
 #include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "transport/fabric/fabric_transport.h"
 #include "transport_test_util.h"
@@ -17,6 +22,15 @@ namespace {
 RpcConfig fabric_config(const std::string& provider) {
   return RpcConfig{.transport = "fabric", .fabric_provider = provider, .rx_ring_size = 256};
 }
+
+FabricRoutingInfo fabric_info_of_test(const RoutingInfo& info) {
+  FabricRoutingInfo f;
+  std::memcpy(&f, info.bytes.data(), sizeof(f));
+  return f;
+}
+
+// Where sockaddr_in's port lies in RoutingInfo::bytes.
+constexpr size_t kSockaddrPortOffset = offsetof(FabricRoutingInfo, addr) + 2;
 
 }  // namespace
 
@@ -67,6 +81,75 @@ TEST_CASE("a datagram from an endpoint the receiver never resolved has an unknow
   CHECK(pkt.src_key != rx.src_key_of(to_known));
 }
 
+TEST_CASE("a peer's address-vector entry is removed when the last session to it releases it",
+          "[fabric]") {
+  const std::string provider = GENERATE("tcp;ofi_rxm", "shm");
+  INFO("provider " << provider);
+  FabricTransport a(fabric_config(provider), "127.0.0.1");
+  FabricTransport b(fabric_config(provider), "127.0.0.1");
+  FabricTransport c(fabric_config(provider), "127.0.0.1");
+  RoutingInfo b_info;
+  b.fill_local_routing_info(b_info);
+  RoutingInfo c_info;
+  c.fill_local_routing_info(c_info);
+
+  // Given two sessions to b and one to c
+  RoutingInfo to_b1 = b_info;
+  RoutingInfo to_b2 = b_info;
+  RoutingInfo to_c = c_info;
+  REQUIRE(a.resolve_remote_routing_info(to_b1));
+  REQUIRE(a.resolve_remote_routing_info(to_b2));
+  REQUIRE(a.resolve_remote_routing_info(to_c));
+  CHECK(a.num_remote_entries() == 2);
+  // Expect b's entry to stay while one session still uses it
+  a.release_remote_routing_info(to_b1);
+  CHECK(a.num_remote_entries() == 2);
+  a.release_remote_routing_info(to_b2);
+  CHECK(a.num_remote_entries() == 1);
+  a.release_remote_routing_info(to_c);
+  CHECK(a.num_remote_entries() == 0);
+  // and a stray release to change nothing
+  a.release_remote_routing_info(to_c);
+  CHECK(a.num_remote_entries() == 0);
+
+  // When peers keep coming and going
+  for (int i = 0; i < 500; i++) {
+    RoutingInfo x = i % 2 == 0 ? b_info : c_info;
+    REQUIRE(a.resolve_remote_routing_info(x));
+    a.release_remote_routing_info(x);
+  }
+  // Expect nothing left behind, and datagrams to flow after re-resolving
+  CHECK(a.num_remote_entries() == 0);
+  check_datagrams_arrive(a, b, [&] { a.rx_burst({}); });
+  CHECK(a.num_remote_entries() == 1);
+}
+
+TEST_CASE("thousands of distinct peers coming and going leave no address-vector entries",
+          "[fabric]") {
+  // tcp;ofi_rxm addresses are sockaddr_in: other ports make other peers
+  // (inserting one connects nothing until a datagram is sent to it).
+  FabricTransport a(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
+  FabricTransport b(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
+  RoutingInfo b_info;
+  b.fill_local_routing_info(b_info);
+  REQUIRE(fabric_info_of_test(b_info).addr_len == sizeof(sockaddr_in));
+  std::vector<RoutingInfo> live;
+  for (uint16_t i = 0; i < 20000; i++) {
+    RoutingInfo peer = b_info;
+    const uint16_t port = static_cast<uint16_t>(10000 + i);
+    std::memcpy(peer.bytes.data() + kSockaddrPortOffset, &port, sizeof(port));
+    REQUIRE(a.resolve_remote_routing_info(peer));
+    live.push_back(peer);
+    // a few sessions at a time, as on a server clients connect to and leave
+    if (live.size() == 8) {
+      for (const RoutingInfo& r : live) a.release_remote_routing_info(r);
+      live.clear();
+    }
+  }
+  for (const RoutingInfo& r : live) a.release_remote_routing_info(r);
+  CHECK(a.num_remote_entries() == 0);
+}
+
 TEST_CASE("fabric routing info from another transport or with stray bytes is refused", "[fabric]") {
   FabricTransport a(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
   RoutingInfo good;
@@ -92,6 +175,18 @@ TEST_CASE("fabric routing info from another transport or with stray bytes is ref
 TEST_CASE("a fabric provider that does not exist is named in the error", "[fabric]") {
   CHECK_THROWS_WITH(FabricTransport(fabric_config("no_such_provider"), "127.0.0.1"),
                     Catch::Contains("no_such_provider"));
+}
+
+TEST_CASE("an unknown fabric provider's error lists the providers that are available", "[fabric]") {
+  CHECK_THROWS_WITH(FabricTransport(fabric_config("no_such_provider"), "127.0.0.1"),
+                    Catch::Contains("providers with RDM endpoints here:") &&
+                        Catch::Contains("tcp;ofi_rxm") && Catch::Contains("shm"));
+}
+
+TEST_CASE("with no provider configured, the fabric transport names the one it picked", "[fabric]") {
+  FabricTransport t(fabric_config(""), "127.0.0.1");
+  CHECK_FALSE(t.provider().empty());
+  CHECK(t.provider() == t.provider_name());
 }
 
 TEST_CASE("over fabric, large messages travel by one-sided read", "[fabric]") {

@@ -412,5 +412,26 @@ TEST_CASE("fake routing info from another transport or an empty endpoint is reje
   CHECK_FALSE(a.resolve_remote_routing_info(no_endpoint));
 }
 
+TEST_CASE("fake transport counts resolutions that no release has matched yet") {
+  FakeNetwork::instance().reset();
+  FakeTransport a(fake_config());
+  FakeTransport b(fake_config());
+  // Given two sessions' routes to b and one that failed to resolve
+  RoutingInfo first = route_to(a, b);
+  RoutingInfo second = route_to(a, b);
+  RoutingInfo bad{};
+  CHECK_FALSE(a.resolve_remote_routing_info(bad));
+  CHECK(a.live_resolutions() == 2);
+  // Expect each release to give one back, and a stray release to be counted
+  a.release_remote_routing_info(first);
+  CHECK(a.live_resolutions() == 1);
+  a.release_remote_routing_info(second);
+  CHECK(a.live_resolutions() == 0);
+  CHECK(a.unmatched_releases() == 0);
+  a.release_remote_routing_info(first);
+  CHECK(a.live_resolutions() == 0);
+  CHECK(a.unmatched_releases() == 1);
+}
+
 }  // namespace
 }  // namespace rpc::detail

@@ -1,5 +1,6 @@
 // Session-management message codec: round trips, the byte image, and
 // rejection of every malformed datagram.
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random.h"
 #include "wire/sm_msg.h"
 
 using namespace rpc;
@@ -29,6 +31,7 @@ SmMsg full_msg(SmMsgType type) {
   m.server_session_num = 0xfedc;
   m.token = 0x0102030405060708ull;
   m.incarnation = 0xA1B2C3D4E5F6ull;
+  m.max_data_per_pkt = 0x11223344;
   for (size_t i = 0; i < m.routing_len; i++) m.routing.bytes[i] = static_cast<uint8_t>(0xa0 + i);
   return m;
 }
@@ -60,6 +63,7 @@ void require_same(const SmMsg& a, const SmMsg& b) {
   REQUIRE(a.token == b.token);
   REQUIRE(a.incarnation == b.incarnation);
   REQUIRE(a.routing.bytes == b.routing.bytes);
+  REQUIRE(a.max_data_per_pkt == b.max_data_per_pkt);
 }
 
 uint64_t load_le(const Bytes& b, size_t off, size_t n) {
@@ -79,8 +83,10 @@ TEST_CASE("a connect request survives encode and decode") {
 }
 
 TEST_CASE("every message type survives encode and decode with all fields set") {
-  for (auto type : {SmMsgType::kConnectReq, SmMsgType::kConnectResp, SmMsgType::kDisconnectReq,
-                    SmMsgType::kDisconnectResp, SmMsgType::kHeartbeat}) {
+  for (auto type :
+       {SmMsgType::kConnectReq, SmMsgType::kConnectResp, SmMsgType::kDisconnectReq,
+        SmMsgType::kDisconnectResp, SmMsgType::kHeartbeat, SmMsgType::kProbeReq,
+        SmMsgType::kProbeResp, SmMsgType::kSessionResetReq, SmMsgType::kSessionResetResp}) {
     SmMsg in = full_msg(type);
     in.routing_len = static_cast<uint8_t>(RoutingInfo::kMaxBytes);
     for (size_t i = 0; i < RoutingInfo::kMaxBytes; i++) in.routing.bytes[i] = uint8_t(i * 5 + 1);
@@ -101,6 +107,7 @@ TEST_CASE("extreme field values survive encode and decode") {
   in.token = ~0ull;
   in.routing_len = 0;
   in.routing = RoutingInfo{};
+  in.max_data_per_pkt = ~0u;
   SmMsg out;
   REQUIRE(decode(encode(in), out) == SmDecodeStatus::kOk);
   require_same(in, out);
@@ -136,6 +143,14 @@ TEST_CASE("the encoded bytes follow the documented layout") {
   const std::array<uint8_t, 8> token_bytes{0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   for (size_t i = 0; i < 8; i++) REQUIRE(b[24 + i] == token_bytes[i]);
   for (size_t i = 0; i < 20; i++) REQUIRE(b[32 + i] == 0xa0 + i);
+  for (size_t i = 20; i < 48; i++) REQUIRE(b[32 + i] == 0);
+  // max_data_per_pkt 0x11223344 after the routing info, little-endian (v2).
+  REQUIRE(b[80] == 0x44);
+  REQUIRE(b[81] == 0x33);
+  REQUIRE(b[82] == 0x22);
+  REQUIRE(b[83] == 0x11);
+  REQUIRE(kSmMsgBytes == 84);
+  REQUIRE(kSmVersion == 2);
 }
 
 TEST_CASE("routing bytes beyond routing_len are sent as zeros") {
@@ -146,7 +161,7 @@ TEST_CASE("routing bytes beyond routing_len are sent as zeros") {
   b.fill(0x55);  // and nothing of the caller's buffer survives either
   encode_sm_msg(in, b);
   for (size_t i = 0; i < 6; i++) REQUIRE(b[32 + i] == 0xee);
-  for (size_t i = 32 + 6; i < kSmMsgBytes; i++) REQUIRE(b[i] == 0);
+  for (size_t i = 32 + 6; i < 80; i++) REQUIRE(b[i] == 0);
 
   SmMsg out;
   REQUIRE(decode(b, out) == SmDecodeStatus::kOk);
@@ -178,7 +193,7 @@ TEST_CASE("a message with a wrong magic is rejected") {
 
 TEST_CASE("a message of another version is refused with its type and token") {
   Bytes b = encode(full_msg(SmMsgType::kConnectReq));
-  b[4] = 2;  // version 2
+  b[4] = 3;  // version 3
   SmMsg out;
   out.token = 0;
   REQUIRE(decode(b, out) == SmDecodeStatus::kVersionMismatch);
@@ -193,7 +208,7 @@ TEST_CASE("a message of another version is refused with its type and token") {
   REQUIRE(decode_sm_msg(v2, out) == SmDecodeStatus::kVersionMismatch);
   REQUIRE(out.token == 0x0102030405060708ull);
 
-  // Version 0 is not version 1 either, and the envelope alone suffices.
+  // Version 0 is not version 2 either, and the envelope alone suffices.
   b[4] = 0;
   REQUIRE(decode_sm_msg(std::span<const uint8_t>(b.data(), kSmEnvelopeBytes), out) ==
           SmDecodeStatus::kVersionMismatch);
@@ -216,7 +231,7 @@ TEST_CASE("a message whose length field disagrees with its size is rejected") {
     SmMsg out;
     REQUIRE(decode_sm_msg(big, out) == SmDecodeStatus::kBadLength);
   }
-  SECTION("datagram longer than the message, length field saying 80") {
+  SECTION("datagram longer than the message, length field saying kSmMsgBytes") {
     std::vector<uint8_t> big(b.begin(), b.end());
     big.push_back(0);
     SmMsg out;
@@ -226,7 +241,7 @@ TEST_CASE("a message whose length field disagrees with its size is rejected") {
 
 TEST_CASE("a message with an unknown type is rejected") {
   Bytes b = encode(full_msg(SmMsgType::kConnectReq));
-  for (int type : {0, 6, 255}) {
+  for (int type : {0, 10, 255}) {
     b[8] = static_cast<uint8_t>(type);
     REQUIRE(decode(b) == SmDecodeStatus::kBadType);
   }
@@ -235,7 +250,7 @@ TEST_CASE("a message with an unknown type is rejected") {
 TEST_CASE("a message with an out-of-range field is rejected") {
   const Bytes good = encode(full_msg(SmMsgType::kConnectResp));
   Bytes b = good;
-  SECTION("err past kRemoteFailed") { b[9] = static_cast<uint8_t>(SmErr::kRemoteFailed) + 1; }
+  SECTION("err past the last SmErr") { b[9] = static_cast<uint8_t>(kSmErrMax) + 1; }
   SECTION("transport past kFabric") { b[10] = static_cast<uint8_t>(TransportKind::kFabric) + 1; }
   SECTION("routing_len past RoutingInfo::kMaxBytes") {
     b[13] = static_cast<uint8_t>(RoutingInfo::kMaxBytes + 1);
@@ -288,7 +303,7 @@ TEST_CASE("random and mutated datagrams never crash the decoder") {
     const size_t meaningful = 32 + out.routing_len;
     for (size_t i = 0; i < kSmMsgBytes; i++) {
       CAPTURE(iter, i);
-      REQUIRE(again[i] == (i < meaningful ? buf[i] : 0));
+      REQUIRE(again[i] == (i < meaningful || i >= 80 ? buf[i] : 0));
     }
     SmMsg out2;
     REQUIRE(decode(again, out2) == SmDecodeStatus::kOk);
@@ -315,4 +330,78 @@ TEST_CASE("every decode status has a short name") {
   REQUIRE(std::string(to_string(SmDecodeStatus::kBadLength)) == "bad_length");
   REQUIRE(std::string(to_string(SmDecodeStatus::kBadType)) == "bad_type");
   REQUIRE(std::string(to_string(SmDecodeStatus::kBadField)) == "bad_field");
+}
+
+TEST_CASE("a version-1 peer's 80-byte connect request is refused by its token") {
+  // Given the exact datagram a v1 Nexus sends (80 bytes, version 1, no
+  // max_data_per_pkt), built from the v1 layout by hand
+  std::vector<uint8_t> v1(80, 0);
+  const Bytes v2 = encode(full_msg(SmMsgType::kConnectReq));
+  std::copy(v2.begin(), v2.begin() + 80, v1.begin());
+  v1[4] = 1;
+  v1[6] = 80;
+  // Expect the envelope to be read and the rest not
+  SmMsg out;
+  REQUIRE(decode_sm_msg(v1, out) == SmDecodeStatus::kVersionMismatch);
+  CHECK(out.type == SmMsgType::kConnectReq);
+  CHECK(out.token == 0x0102030405060708ull);
+}
+
+TEST_CASE("max_data_per_pkt sits little-endian after the routing info") {
+  SmMsg m = full_msg(SmMsgType::kConnectReq);
+  m.max_data_per_pkt = 8192 - 16;
+  const Bytes b = encode(m);
+  CHECK(load_le(b, 80, 4) == 8192 - 16);
+  SmMsg out;
+  REQUIRE(decode(b, out) == SmDecodeStatus::kOk);
+  CHECK(out.max_data_per_pkt == 8192 - 16);
+  // A message that does not set it sends 0.
+  CHECK(load_le(encode(SmMsg{}), 80, 4) == 0);
+}
+
+TEST_CASE("requests and responses are told apart and paired for routing") {
+  struct Row {
+    SmMsgType type;
+    bool request;
+    bool response;
+  };
+  for (const Row& r :
+       {Row{SmMsgType::kConnectReq, true, false}, Row{SmMsgType::kConnectResp, false, true},
+        Row{SmMsgType::kDisconnectReq, true, false}, Row{SmMsgType::kDisconnectResp, false, true},
+        Row{SmMsgType::kHeartbeat, false, false}, Row{SmMsgType::kProbeReq, true, false},
+        Row{SmMsgType::kProbeResp, false, true}, Row{SmMsgType::kSessionResetReq, true, false},
+        Row{SmMsgType::kSessionResetResp, false, true}}) {
+    CAPTURE(static_cast<int>(r.type));
+    SmMsg m;
+    m.type = r.type;
+    CHECK(m.is_request() == r.request);
+    CHECK(m.is_response() == r.response);
+  }
+  CHECK(sm_response_type(SmMsgType::kConnectReq) == SmMsgType::kConnectResp);
+  CHECK(sm_response_type(SmMsgType::kDisconnectReq) == SmMsgType::kDisconnectResp);
+  CHECK(sm_response_type(SmMsgType::kProbeReq) == SmMsgType::kProbeResp);
+  CHECK(sm_response_type(SmMsgType::kSessionResetReq) == SmMsgType::kSessionResetResp);
+  // The new types' numbers are wire format.
+  CHECK(static_cast<int>(SmMsgType::kProbeReq) == 6);
+  CHECK(static_cast<int>(SmMsgType::kProbeResp) == 7);
+  CHECK(static_cast<int>(SmMsgType::kSessionResetReq) == 8);
+  CHECK(static_cast<int>(SmMsgType::kSessionResetResp) == 9);
+}
+
+// random_u64 draws the connect tokens and probe nonces carried by these
+// messages, and the incarnations they are stamped with.
+TEST_CASE("random_u64 draws distinct values in which every bit varies") {
+  const uint64_t a = random_u64();
+  const uint64_t b = random_u64();
+  CHECK(a != b);  // equal with probability 2^-64
+  uint64_t ones = 0, zeros = 0;
+  for (int i = 0; i < 64; i++) {
+    const uint64_t v = random_u64();
+    ones |= v;
+    zeros |= ~v;
+  }
+  // Each bit was 1 at least once and 0 at least once (fails by chance with
+  // probability 2^-57): no bit is stuck or masked off.
+  CHECK(ones == ~0ull);
+  CHECK(zeros == ~0ull);
 }

@@ -202,6 +202,8 @@ TEST_CASE("udp transport drops datagrams larger than its packet size") {
   std::array<RxPacket, 4> burst;
   CHECK(b.rx_burst(burst) == 0);
   b.post_recvs(2);
+  // and the drop counted by its reason
+  CHECK(b.rx_drops.oversized == 1);
 }
 
 TEST_CASE("udp transport drops an oversized datagram that arrives while it is idle") {
@@ -221,6 +223,7 @@ TEST_CASE("udp transport drops an oversized datagram that arrives while it is id
   REQUIRE(got.size() == 1);
   check_pkt(got[0], second[0]);
   b.post_recvs(1);
+  CHECK(b.rx_drops.oversized == 1);
 }
 
 TEST_CASE("udp transport caps follow the mtu") {

@@ -57,6 +57,47 @@ TEST_CASE("verbs routing info from another transport or with stray bytes is refu
   CHECK(a.resolve_remote_routing_info(good));
 }
 
+TEST_CASE("a port's address handle is destroyed when the last session to it releases it",
+          "[verbs]") {
+  // Handles are per remote port (GID, LID), shared by every queue pair
+  // there: b and c, on the one device of the test VM, share one.
+  VerbsTransport a(verbs_config());
+  VerbsTransport b(verbs_config());
+  VerbsTransport c(verbs_config());
+  RoutingInfo b_info;
+  b.fill_local_routing_info(b_info);
+  RoutingInfo c_info;
+  c.fill_local_routing_info(c_info);
+
+  // Given two sessions to b and one to c
+  RoutingInfo to_b1 = b_info;
+  RoutingInfo to_b2 = b_info;
+  RoutingInfo to_c = c_info;
+  REQUIRE(a.resolve_remote_routing_info(to_b1));
+  REQUIRE(a.resolve_remote_routing_info(to_b2));
+  REQUIRE(a.resolve_remote_routing_info(to_c));
+  CHECK(a.num_remote_entries() == 1);
+  // Expect the handle to stay while one session still uses it
+  a.release_remote_routing_info(to_b1);
+  a.release_remote_routing_info(to_c);
+  CHECK(a.num_remote_entries() == 1);
+  a.release_remote_routing_info(to_b2);
+  CHECK(a.num_remote_entries() == 0);
+  a.release_remote_routing_info(to_c);  // a stray release changes nothing
+  CHECK(a.num_remote_entries() == 0);
+
+  // When sessions keep coming and going
+  for (int i = 0; i < 500; i++) {
+    RoutingInfo x = i % 2 == 0 ? b_info : c_info;
+    REQUIRE(a.resolve_remote_routing_info(x));
+    a.release_remote_routing_info(x);
+  }
+  // Expect nothing left behind, and datagrams to flow after re-resolving
+  CHECK(a.num_remote_entries() == 0);
+  check_datagrams_arrive(a, b);
+  CHECK(a.num_remote_entries() == 1);
+}
+
 TEST_CASE("a device that does not exist is named in the error", "[verbs]") {
   RpcConfig c = verbs_config();
   c.verbs_device = "no_such_rdma_dev";

@@ -61,6 +61,22 @@ struct RpcConfig {
   // Retransmission timeout: a slot that made no progress for this long
   // rolls back and resends (go-back-N).
   uint64_t rto_us = 5000;
+  // Upper bound on waiting: a request that receives nothing for this long
+  // (server silent, its Rpc gone, or a handler that never responds) fails
+  // with Errc::kTimedOut, and its session is reset (the others fail with
+  // kSessionReset; SessionEvent::kReset, SmErr::kRequestTimeout). 0: never.
+  uint32_t request_timeout_ms = 30000;
+  // Server: a request received in part, then silent this long, is dropped
+  // and its buffer freed (the client retransmits it whole if it is alive).
+  uint32_t partial_request_timeout_ms = 1000;
+  // Server receive budget: bytes held for requests being received or
+  // handled (multi-packet and bulk requests, and copies for background
+  // handlers; single-packet foreground requests cost nothing). A request
+  // beyond it is dropped and counted (RpcStats::drops.rx_budget); the client
+  // retransmits. Per session, 0 means max_msg_size(); per Rpc, at least the
+  // per-session budget.
+  size_t rx_budget_per_session_bytes = 0;
+  size_t rx_budget_per_rpc_bytes = size_t{64} << 20;
   // Messages larger than this use the transport's one-sided bulk path when
   // it has one (verbs, fabric, fake). Ignored by udp.
   size_t bulk_threshold_bytes = 16384;

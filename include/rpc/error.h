@@ -26,6 +26,8 @@ enum class Errc : uint8_t {
   kRespBufferTooSmall,    // the response does not fit in the response buffer
   kNoHandler,             // the server has no handler for this request type
   kInvalidArgument,       // e.g. an unallocated MsgBuffer
+  kHandlerFailed,         // the server's handler threw; no response was produced
+  kTimedOut,              // no progress for RpcConfig::request_timeout_ms; the session was reset
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);

@@ -1,6 +1,8 @@
 // ReqHandle: what a server-side handler receives for one request.
 #pragma once
 
+#include <atomic>
+
 #include "rpc/msg_buffer.h"
 #include "rpc/types.h"
 
@@ -46,6 +48,9 @@ class RPC_EXPORT ReqHandle {
   MsgBuffer pre_resp_;
   ReqType req_type_ = 0;
   bool is_background_ = false;
+  // Set by the first enqueue_response of a background handler: a second one
+  // is refused (it may come from any thread).
+  std::atomic<bool> bg_responded_{false};
 };
 
 }  // namespace rpc

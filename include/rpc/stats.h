@@ -16,6 +16,9 @@ struct DropCounters {
   uint64_t stale = 0;            // old req_num or duplicate packet
   uint64_t out_of_order = 0;     // ahead of the next expected packet
   uint64_t busy = 0;             // the slot cannot take it now
+  uint64_t rx_budget = 0;        // would exceed the session's or Rpc's receive budget
+  uint64_t out_of_memory = 0;    // no buffer for the request could be allocated
+  uint64_t oversized = 0;        // longer than our packet size (a peer with another MTU)
 };
 
 struct SessionStats {
@@ -36,8 +39,15 @@ struct RpcStats {
   uint64_t bulk_reads = 0;
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
-  uint64_t sessions_reset = 0;  // reset because the remote failed
-  uint64_t sm_refused = 0;      // connects this Rpc refused
+  uint64_t sessions_reset = 0;              // reset because the remote failed
+  uint64_t sm_refused = 0;                  // session-management requests this Rpc refused
+  uint64_t sm_replays_refused = 0;          // connects of already ended sessions refused
+  uint64_t sm_requests_dropped = 0;         // SM requests dropped: too many queued (a flood)
+  uint64_t requests_timed_out = 0;          // failed with kTimedOut (request_timeout_ms)
+  uint64_t partial_requests_abandoned = 0;  // partly received, then silent too long
+  uint64_t handler_exceptions = 0;          // handlers that threw (kHandlerFailed sent)
+  uint64_t continuation_exceptions = 0;     // continuations that threw (caught, logged)
+  uint64_t callback_exceptions = 0;         // session callbacks that threw (caught, logged)
   DropCounters drops;
 };
 

@@ -44,6 +44,10 @@ enum class SmErr : uint8_t {
   kTimeout,             // no answer within the configured timeout
   kInvalidSession,      // the session named in the message does not exist
   kRemoteFailed,        // the remote stopped answering heartbeats, or restarted
+  kPktSizeMismatch,     // the two Rpcs use different packet sizes (RpcConfig::mtu_bytes)
+  kRemoteRpcGone,       // the remote Rpc was destroyed (its process lives on)
+  kRequestTimeout,      // a request made no progress for RpcConfig::request_timeout_ms
+  kOutOfMemory,         // the remote could not allocate the session's buffers
 };
 
 RPC_EXPORT std::string_view to_string(SessionEvent event);

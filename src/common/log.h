@@ -50,6 +50,17 @@ void log_line(LogLevel level, fmt::format_string<Args...> format, Args&&... args
     }                                                               \
   } while (0)
 
+// API misuse (a second response, re-entering the event loop, a call from
+// the wrong thread, ...): prints what the caller did wrong and aborts, in
+// every build. Corrupting state silently instead would surface far away.
+#define RPC_CHECK_USAGE(cond, ...)                                    \
+  do {                                                                \
+    if (!(cond)) [[unlikely]] {                                       \
+      ::rpc::detail::usage_error(::fmt::format(__VA_ARGS__).c_str()); \
+    }                                                                 \
+  } while (0)
+
 namespace rpc::detail {
 [[noreturn]] void assert_failed(const char* cond, const char* msg, const char* file, int line);
-}
+[[noreturn]] void usage_error(const char* what);
+}  // namespace rpc::detail

@@ -28,6 +28,10 @@ std::string_view to_string(Errc errc) {
       return "no handler for request type";
     case Errc::kInvalidArgument:
       return "invalid argument";
+    case Errc::kHandlerFailed:
+      return "the server's handler failed (threw an exception)";
+    case Errc::kTimedOut:
+      return "the request made no progress within request_timeout_ms";
   }
   return "unknown error";
 }
@@ -68,6 +72,14 @@ std::string_view to_string(SmErr err) {
       return "no such session at the remote";
     case SmErr::kRemoteFailed:
       return "the remote stopped answering heartbeats or restarted";
+    case SmErr::kPktSizeMismatch:
+      return "the remote Rpc uses another packet size (mtu_bytes); both ends must use the same";
+    case SmErr::kRemoteRpcGone:
+      return "the remote Rpc was destroyed";
+    case SmErr::kRequestTimeout:
+      return "a request made no progress within request_timeout_ms";
+    case SmErr::kOutOfMemory:
+      return "the remote could not allocate the session's buffers";
   }
   return "unknown reason";
 }
@@ -89,6 +101,12 @@ LogLevel runtime_log_level() {
 
 void assert_failed(const char* cond, const char* msg, const char* file, int line) {
   fmt::print(stderr, "librpc: invariant violated: {} ({}) at {}:{}\n", msg, cond, file, line);
+  std::abort();
+}
+
+void usage_error(const char* what) {
+  fmt::print(stderr, "librpc: API misuse: {}\n", what);
+  std::fflush(stderr);
   std::abort();
 }
 

@@ -32,13 +32,35 @@ uint32_t class_of(size_t len) {
 
 size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
+// Blocks of these classes get a region each, given back when freed (beyond
+// the large-region cache).
+constexpr bool has_own_region(uint32_t size_class) {
+  return class_bytes(size_class) > Allocator::kChunkBytes;
+}
+
 }  // namespace
 
-Allocator::Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe)
+const char* to_string(AllocFailure failure) {
+  switch (failure) {
+    case AllocFailure::kNone:
+      return "none";
+    case AllocFailure::kTooLarge:
+      return "larger than the largest buffer";
+    case AllocFailure::kOutOfMemory:
+      return "out of memory";
+    case AllocFailure::kRegistrationFailed:
+      return "the transport refused to register the memory";
+  }
+  return "unknown";
+}
+
+Allocator::Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes)
     : register_fn_(std::move(reg)),
       deregister_fn_(std::move(dereg)),
       thread_safe_(thread_safe),
-      free_lists_(kNumClasses) {}
+      free_lists_(kNumClasses),
+      carved_(kNumClasses, 0),
+      large_cache_limit_bytes_(large_cache_bytes) {}
 
 Allocator::~Allocator() {
   for (MemRegion* region : regions_) {
@@ -56,46 +78,95 @@ Allocation Allocator::alloc(size_t len) noexcept {
 
 void Allocator::free(const Allocation& a) noexcept {
   if (a.buf == nullptr) return;
-  // Never reallocates, so cannot throw: grow() keeps each free list's
-  // capacity at least the number of blocks ever carved for its class.
-  auto push = [&] { free_lists_[a.size_class].emplace_back(a.buf, a.region); };
+  auto release = [&] {
+    if (has_own_region(a.size_class)) {
+      free_large(a.region);
+      return;
+    }
+    // Never reallocates, so cannot throw: grow() keeps each free list's
+    // capacity at least the number of blocks ever carved for its class.
+    free_lists_[a.size_class].emplace_back(a.buf, a.region);
+  };
   if (thread_safe_) {
     std::lock_guard<std::mutex> lock(mutex_);
-    push();
+    release();
   } else {
-    push();
+    release();
   }
+}
+
+Allocation Allocator::fail(AllocFailure why) noexcept {
+  last_failure_.store(why, std::memory_order_relaxed);
+  alloc_failures_.fetch_add(1, std::memory_order_relaxed);
+  return {};
 }
 
 Allocation Allocator::alloc_locked(size_t len) noexcept {
   const uint32_t size_class = class_of(len);
-  if (size_class >= kNumClasses) return {};
+  if (size_class >= kNumClasses) return fail(AllocFailure::kTooLarge);
+  if (has_own_region(size_class)) return alloc_large(size_class);
   auto& free_list = free_lists_[size_class];
-  if (free_list.empty() && !grow(size_class)) return {};
+  if (free_list.empty() && !grow(size_class)) return {};  // grow() recorded why
   const auto [buf, region] = free_list.back();
   free_list.pop_back();
   return {buf, class_bytes(size_class), region, size_class};
 }
 
+Allocation Allocator::alloc_large(uint32_t size_class) noexcept {
+  // A region of its own, given back on free: a peer that made us receive
+  // many large messages once must not keep that memory reserved forever.
+  const size_t block_bytes = class_bytes(size_class);
+  const size_t region_bytes = round_up(block_bytes, kHugepageBytes);
+  // Newest first: the region most likely still in the caches and the TLB.
+  for (size_t i = large_cache_.size(); i-- > 0;) {
+    MemRegion* cached = large_cache_[i];
+    if (cached->len != region_bytes) continue;
+    large_cache_.erase(large_cache_.begin() + static_cast<ptrdiff_t>(i));
+    large_cache_bytes_ -= cached->len;
+    return {cached->base, block_bytes, cached, size_class};
+  }
+  MemRegion* region = map_region(region_bytes);
+  if (region == nullptr) return {};  // map_region() recorded why
+  return {region->base, block_bytes, region, size_class};
+}
+
+void Allocator::free_large(MemRegion* region) noexcept {
+  if (large_cache_bytes_ + region->len <= large_cache_limit_bytes_) {
+    try {
+      large_cache_.push_back(region);
+      large_cache_bytes_ += region->len;
+      return;
+    } catch (const std::bad_alloc&) {
+      // not cached: given back below
+    }
+  }
+  unmap_region(region);
+}
+
 bool Allocator::grow(uint32_t size_class) noexcept {
   const size_t block_bytes = class_bytes(size_class);
   // Small blocks share a chunk so that one registration covers thousands of
-  // them; a large block gets a region of its own.
-  const size_t region_bytes =
-      block_bytes <= kChunkBytes ? kChunkBytes : round_up(block_bytes, kHugepageBytes);
-  const size_t num_blocks = region_bytes / block_bytes;
+  // them.
+  const size_t num_blocks = kChunkBytes / block_bytes;
 
   auto& free_list = free_lists_[size_class];
+  const size_t needed = carved_[size_class] + num_blocks;
   try {
     // Reserved before mapping so nothing can fail once the region exists,
-    // and so free() never has to reallocate. Doubling keeps it amortised.
-    free_list.reserve(std::max(free_list.capacity() + num_blocks, 2 * free_list.capacity()));
+    // and so free() never has to reallocate. Geometric in what is needed,
+    // not in the old capacity (doubling that on every grow asked for 32 GB
+    // after 31 grows), so the list stays within 1.5x its blocks.
+    if (free_list.capacity() < needed) {
+      free_list.reserve(std::max(needed, free_list.capacity() + free_list.capacity() / 2));
+    }
   } catch (const std::bad_alloc&) {
+    fail(AllocFailure::kOutOfMemory);
     return false;
   }
 
-  MemRegion* region = map_region(region_bytes);
+  MemRegion* region = map_region(kChunkBytes);
   if (region == nullptr) return false;
+  carved_[size_class] = needed;
   // Pushed from the end so that alloc() hands the chunk out front to back.
   for (size_t i = num_blocks; i-- > 0;) {
     free_list.emplace_back(region->base + i * block_bytes, region);
@@ -109,10 +180,14 @@ MemRegion* Allocator::map_region(size_t len) noexcept {
       regions_.reserve(std::max<size_t>(16, 2 * regions_.capacity()));
     }
   } catch (const std::bad_alloc&) {
+    fail(AllocFailure::kOutOfMemory);
     return nullptr;
   }
   std::unique_ptr<MemRegion> region(new (std::nothrow) MemRegion());
-  if (region == nullptr) return nullptr;
+  if (region == nullptr) {
+    fail(AllocFailure::kOutOfMemory);
+    return nullptr;
+  }
 
   // Hugepages cut TLB (and NIC translation) misses, but most machines
   // reserve none, so a failure here is normal and not worth reporting.
@@ -121,19 +196,36 @@ MemRegion* Allocator::map_region(size_t len) noexcept {
   void* base = mmap(nullptr, len, prot, flags | MAP_HUGETLB, -1, 0);
   region->hugepage = base != MAP_FAILED;
   if (base == MAP_FAILED) base = mmap(nullptr, len, prot, flags, -1, 0);
-  if (base == MAP_FAILED) return nullptr;
+  if (base == MAP_FAILED) {
+    fail(AllocFailure::kOutOfMemory);
+    return nullptr;
+  }
 
   Result<MemReg> reg = register_fn_(base, len);
   if (!reg) {
     munmap(base, len);
+    fail(AllocFailure::kRegistrationFailed);
     return nullptr;
   }
   region->base = static_cast<uint8_t*>(base);
   region->len = len;
   region->reg = *reg;
+  region->index = regions_.size();
   regions_.push_back(region.get());  // capacity reserved above
   bytes_reserved_ += len;
   return region.release();
+}
+
+void Allocator::unmap_region(MemRegion* region) noexcept {
+  // Swap with the last so removal is O(1) whatever the number of regions.
+  MemRegion* last = regions_.back();
+  regions_[region->index] = last;
+  last->index = region->index;
+  regions_.pop_back();
+  bytes_reserved_ -= region->len;
+  deregister_fn_(region->reg);
+  munmap(region->base, region->len);
+  delete region;
 }
 
 }  // namespace rpc::detail

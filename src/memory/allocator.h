@@ -1,8 +1,10 @@
 // Buffer allocator for MsgBuffers: power-of-two size classes carved from
 // large chunks (2 MiB hugepages when the system has them, normal pages
-// otherwise), every chunk registered with the transport once.
+// otherwise), every chunk registered with the transport once. Blocks larger
+// than a chunk get a region of their own, returned to the system on free.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -20,7 +22,17 @@ struct MemRegion {
   size_t len = 0;
   MemReg reg;
   bool hugepage = false;
+  size_t index = 0;  // position in the allocator's region list
 };
+
+// Why the last failed alloc() failed.
+enum class AllocFailure : uint8_t {
+  kNone,                // no alloc has failed yet
+  kTooLarge,            // beyond the largest size class
+  kOutOfMemory,         // mmap or the allocator's own bookkeeping failed
+  kRegistrationFailed,  // the transport refused to register the region
+};
+const char* to_string(AllocFailure failure);
 
 // A raw allocation: start, usable length, region and size class.
 struct Allocation {
@@ -37,18 +49,31 @@ class Allocator {
 
   // thread_safe: take a lock around alloc/free (needed when background
   // handler threads allocate); otherwise single-threaded and lock-free.
-  Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe);
+  // large_cache_bytes: freed large regions (blocks above kChunkBytes) kept
+  // mapped and registered for reuse, up to this many bytes in all; the rest
+  // go back to the system at once. 0 keeps none; a few large messages'
+  // worth spares each one an mmap, a registration and fresh page faults.
+  Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes = 0);
   ~Allocator();  // deregisters and unmaps everything
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
-  // At least len bytes (len > 0), 64-byte aligned. {nullptr...} when out of
-  // memory or registration failed.
+  // At least len bytes (len > 0), 64-byte aligned. {nullptr...} when the
+  // request is too large, out of memory or registration failed; then
+  // alloc_failures() counts it and last_failure() says which.
   Allocation alloc(size_t len) noexcept;
+  // Small blocks go back to their class's free list (never reallocating);
+  // a block larger than kChunkBytes has its region deregistered and
+  // unmapped (unless it fits in the large-region cache), so memory a burst
+  // of large messages took is given back.
   void free(const Allocation& a) noexcept;
 
   size_t bytes_reserved() const { return bytes_reserved_; }
   size_t num_regions() const { return regions_.size(); }
+  // Safe to read from any thread.
+  uint64_t alloc_failures() const { return alloc_failures_.load(std::memory_order_relaxed); }
+  AllocFailure last_failure() const { return last_failure_.load(std::memory_order_relaxed); }
+  const char* last_failure_text() const { return to_string(last_failure()); }
 
   static constexpr size_t kMinClassBytes = 64;
   static constexpr size_t kChunkBytes = 2u << 20;  // classes up to this share chunks
@@ -56,17 +81,30 @@ class Allocator {
 
  private:
   Allocation alloc_locked(size_t len) noexcept;
+  Allocation alloc_large(uint32_t size_class) noexcept;
   bool grow(uint32_t size_class) noexcept;
   MemRegion* map_region(size_t len) noexcept;
+  void unmap_region(MemRegion* region) noexcept;
+  void free_large(MemRegion* region) noexcept;
+  Allocation fail(AllocFailure why) noexcept;
 
   RegisterFn register_fn_;
   DeregisterFn deregister_fn_;
   bool thread_safe_;
   std::mutex mutex_;
-  // By size class: free blocks and the region each lies in.
+  // By size class (chunk-sized and smaller): free blocks and the region
+  // each lies in, and how many blocks were ever carved for the class (each
+  // free list's capacity stays at least that, so free() never allocates).
   std::vector<std::vector<std::pair<uint8_t*, MemRegion*>>> free_lists_;
+  std::vector<size_t> carved_;
   std::vector<MemRegion*> regions_;
   size_t bytes_reserved_ = 0;
+  // Freed large regions kept for reuse, and their total length.
+  size_t large_cache_limit_bytes_;
+  std::vector<MemRegion*> large_cache_;
+  size_t large_cache_bytes_ = 0;
+  std::atomic<uint64_t> alloc_failures_{0};
+  std::atomic<AllocFailure> last_failure_{AllocFailure::kNone};
 };
 
 // Builds MsgBuffers on top of the allocator (layout in rpc/msg_buffer.h).

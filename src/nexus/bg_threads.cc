@@ -35,8 +35,7 @@ void BgThreads::run() {
       work = queue_.front();
       queue_.pop_front();
     }
-    work.entry->fn(*work.handle);
-    work.rpc->bg_handler_done();
+    work.rpc->run_background_handler(*work.entry, *work.handle);
   }
 }
 

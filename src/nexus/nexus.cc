@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
-#include <random>
+#include <string>
 
+#include "common/log.h"
+#include "common/random.h"
 #include "nexus/bg_threads.h"
 #include "nexus/nexus_impl.h"
 #include "nexus/sm_thread.h"
@@ -37,9 +39,8 @@ NexusImpl::NexusImpl(const NexusConfig& config) : config_(config) {
     throw Error("Nexus: need 0 < 2 * heartbeat_interval_ms <= failure_timeout_ms");
   }
   addr_ = *addr;
-  std::random_device rd;
   do {
-    incarnation_ = ((uint64_t{rd()} << 32) | rd()) & kIncarnationMask;
+    incarnation_ = random_u64() & kIncarnationMask;
   } while (incarnation_ == 0);
   sm_thread_ = std::make_unique<SmThread>(
       *this, addr_,
@@ -51,6 +52,20 @@ NexusImpl::NexusImpl(const NexusConfig& config) : config_(config) {
 }
 
 NexusImpl::~NexusImpl() {
+  // A live Rpc holds a reference to this Nexus and would use it after it is
+  // freed (its destructor unregisters, its SM calls post to our thread).
+  // Fail here, loudly, rather than somewhere far away later.
+  std::string live;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (size_t id = 0; id < rpcs_.size(); id++) {
+      if (rpcs_[id] != nullptr) live += (live.empty() ? "" : ", ") + std::to_string(id);
+    }
+  }
+  RPC_CHECK_USAGE(live.empty(),
+                  "rpc::Nexus destroyed while Rpc(s) {} still exist; destroy every Rpc before "
+                  "its Nexus",
+                  live);
   // Stop the SM thread first: it calls into the registry.
   sm_thread_.reset();
   bg_threads_.reset();
@@ -117,6 +132,14 @@ void NexusImpl::sm_send_request(const SmMsg& msg, const NetAddr& to) {
 void NexusImpl::sm_send_response(const SmMsg& msg, const NetAddr& to) {
   sm_thread_->send_response(msg, to);
 }
+
+void NexusImpl::sm_send_session_reset(const SmMsg& msg, const NetAddr& to) {
+  sm_thread_->send_owned_request(msg, to);
+}
+
+void NexusImpl::sm_abandon_connect(uint64_t token) { sm_thread_->abandon_connect(token); }
+
+const SmThreadStats& NexusImpl::sm_stats() const { return sm_thread_->stats(); }
 
 void NexusImpl::submit_background(const BgWork& work) { bg_threads_->submit(work); }
 

@@ -16,6 +16,7 @@ namespace rpc::detail {
 
 class RpcImpl;
 class SmThread;
+struct SmThreadStats;
 class BgThreads;
 
 struct HandlerEntry {
@@ -34,6 +35,9 @@ struct BgWork {
 class NexusImpl {
  public:
   explicit NexusImpl(const NexusConfig& config);
+  // REQUIRES: every Rpc of this Nexus was destroyed. Checked in every build:
+  // aborts with a message naming the live rpc_ids (they point at this
+  // Nexus and would use it after it is freed).
   ~NexusImpl();
 
   Result<bool> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode);
@@ -59,6 +63,23 @@ class NexusImpl {
   // SmErr::kTimeout is delivered instead).
   void sm_send_request(const SmMsg& msg, const NetAddr& to);
   void sm_send_response(const SmMsg& msg, const NetAddr& to);
+  // A kSessionResetReq from a server Rpc that is being destroyed, to the
+  // client end of one of its sessions. Retransmitted like a request until a
+  // kSessionResetResp with the same token arrives from `to` or the SM
+  // timeout passes; neither is delivered to any Rpc (the sender is gone).
+  // Any thread.
+  void sm_send_session_reset(const SmMsg& msg, const NetAddr& to);
+  // The Rpc that sent the connect request `token` (via sm_send_request) is
+  // going away while the connect is outstanding. If a successful answer
+  // arrives later, the SM thread sends the disconnect request itself (built
+  // from the answer; its response and timeout are consumed by the SM
+  // thread); a refusal or a timeout is dropped. Nothing is delivered to the
+  // Rpc. An answer already delivered before this call is in the Rpc's queue
+  // and remains its business; one arriving after unregister_rpc() finds no
+  // Rpc and is disconnected the same way. Any thread.
+  void sm_abandon_connect(uint64_t token);
+  // Counters of the SM thread (any thread; relaxed reads).
+  const SmThreadStats& sm_stats() const;
 
   void submit_background(const BgWork& work);
   size_t num_bg_threads() const { return config_.num_bg_threads; }

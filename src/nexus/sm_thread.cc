@@ -2,12 +2,14 @@
 
 #include <array>
 #include <chrono>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 #include <asio.hpp>
 
 #include "common/log.h"
 #include "nexus/nexus_impl.h"
+#include "nexus/remote_watch.h"
 #include "rpc/error.h"
 
 namespace rpc::detail {
@@ -27,8 +29,34 @@ NetAddr from_endpoint(const asio::ip::udp::endpoint& e) {
   return a;
 }
 
-SmMsgType response_type_of(SmMsgType request) {
-  return request == SmMsgType::kConnectReq ? SmMsgType::kConnectResp : SmMsgType::kDisconnectResp;
+// A request to an Rpc that no Rpc could accept, whoever sent it: refused
+// here so that it neither reaches an Rpc's queue nor proves its sender alive.
+bool request_plausible(const SmMsg& m) {
+  switch (m.type) {
+    case SmMsgType::kConnectReq:
+      // The server needs the client's routing info and session number.
+      return m.routing_len != 0 && m.client_session_num != kInvalidSessionNum &&
+             m.client_rpc_id != kInvalidRpcId;
+    case SmMsgType::kDisconnectReq:
+    case SmMsgType::kSessionResetReq:
+      // Both name a session that exists at both ends.
+      return m.client_session_num != kInvalidSessionNum &&
+             m.server_session_num != kInvalidSessionNum && m.client_rpc_id != kInvalidRpcId &&
+             m.server_rpc_id != kInvalidRpcId;
+    default:
+      return true;
+  }
+}
+
+// The response the SM thread itself sends for a request: refusals, timeouts.
+SmMsg response_to(const SmMsg& req, SmErr err) {
+  SmMsg resp = req;
+  resp.type = sm_response_type(req.type);
+  resp.err = err;
+  resp.routing_len = 0;
+  resp.routing = {};
+  resp.max_data_per_pkt = 0;
+  return resp;
 }
 
 }  // namespace
@@ -41,31 +69,29 @@ struct SmThread::State {
     NetAddr to;
     Clock::time_point next_retry;
     Clock::time_point deadline;
+    // The response and the timeout are the SM thread's: no Rpc waits for them.
+    bool owned = false;
+    // The connect's Rpc is gone: a successful answer is disconnected from here.
+    bool abandoned = false;
   };
-
-  // A remote Nexus that sessions refer to.
-  struct Remote {
-    NetAddr addr;
-    size_t refs = 0;
-    uint64_t incarnation = 0;  // 0 until heard from
-    Clock::time_point last_heard;
-  };
+  // Requests by (token, type): one token can have a disconnect and a
+  // session reset in flight at once (client and server Rpc in one Nexus).
+  using PendingKey = std::pair<uint64_t, SmMsgType>;
 
   NexusImpl& nexus;
   SmThreadConfig config;
   std::chrono::milliseconds retry;
   std::chrono::milliseconds timeout;
   std::chrono::milliseconds heartbeat_interval;
-  std::chrono::milliseconds failure_timeout;
   asio::io_context io;
   asio::ip::udp::socket socket{io};
   asio::steady_timer timer{io};
   asio::steady_timer heartbeat_timer{io};
-  std::unordered_map<uint64_t, Remote> remotes;  // by NetAddr::key()
   std::array<uint8_t, 2048> rx_buf{};
   asio::ip::udp::endpoint rx_from;
-  std::unordered_map<uint64_t, Pending> pending;  // by token
+  std::map<PendingKey, Pending> pending;
   SmThreadStats stats;
+  RemoteWatch remotes;
   // Set on the io thread at shutdown: handlers already queued must not
   // re-arm the timer or the receive, or io.run() would never return.
   bool stopping = false;
@@ -76,7 +102,9 @@ struct SmThread::State {
         retry(c.retry_ms),
         timeout(c.timeout_ms),
         heartbeat_interval(c.heartbeat_interval_ms),
-        failure_timeout(c.failure_timeout_ms) {}
+        remotes(
+            n, stats, [this](const SmMsg& m, const NetAddr& to) { send_now(m, to); },
+            RemoteWatch::Timing{retry, timeout, std::chrono::milliseconds(c.failure_timeout_ms)}) {}
 
   void send_now(const SmMsg& msg, const NetAddr& to) {
     std::array<uint8_t, kSmMsgBytes> bytes{};
@@ -110,61 +138,15 @@ struct SmThread::State {
     heartbeat_timer.expires_after(heartbeat_interval);
     heartbeat_timer.async_wait([this](const asio::error_code& ec) {
       if (ec || stopping) return;
-      on_heartbeat_tick();
+      remotes.on_heartbeat_tick();
       start_heartbeat_timer();
     });
   }
 
-  // Every remote still referred to gets a heartbeat; one silent for the
-  // failure timeout is declared failed (once: it must be heard again, with
-  // any incarnation, before it can fail again).
-  void on_heartbeat_tick() {
+  void add_pending(const SmMsg& msg, const NetAddr& to, bool owned) {
     const auto now = Clock::now();
-    SmMsg hb;
-    hb.type = SmMsgType::kHeartbeat;
-    for (auto& [key, r] : remotes) {
-      if (r.incarnation != 0 && now - r.last_heard > failure_timeout) {
-        declare_failed(r);
-        continue;
-      }
-      send_now(hb, r.addr);
-      stats.heartbeats_sent++;
-    }
-  }
-
-  void declare_failed(Remote& r) {
-    stats.remote_failures++;
-    RPC_LOG_INFO("remote Nexus {} (incarnation {:x}) failed", r.addr.to_string(), r.incarnation);
-    nexus.broadcast_remote_failure(r.addr, r.incarnation);
-    r.incarnation = 0;
-    r.last_heard = Clock::now();
-  }
-
-  // Any valid message proves the sender alive; a new incarnation from the
-  // same address means the old process is gone.
-  void note_alive(const NetAddr& from, uint64_t incarnation) {
-    auto it = remotes.find(from.key());
-    if (it == remotes.end()) return;
-    Remote& r = it->second;
-    if (r.incarnation != 0 && r.incarnation != incarnation) declare_failed(r);
-    r.incarnation = incarnation;
-    r.last_heard = Clock::now();
-  }
-
-  void add_remote(const NetAddr& addr, uint64_t incarnation) {
-    Remote& r = remotes[addr.key()];
-    if (r.refs++ == 0) {
-      r.addr = addr;
-      r.last_heard = Clock::now();
-    }
-    // A server learns its client's incarnation from the connect request,
-    // before any heartbeat: a client killed right away must still fail.
-    if (r.incarnation == 0) r.incarnation = incarnation;
-  }
-
-  void release_remote(const NetAddr& addr) {
-    auto it = remotes.find(addr.key());
-    if (it != remotes.end() && --it->second.refs == 0) remotes.erase(it);
+    pending[{msg.token, msg.type}] = Pending{msg, to, now + retry, now + timeout, owned, false};
+    send_now(msg, to);
   }
 
   void on_datagram(size_t len) {
@@ -188,49 +170,117 @@ struct SmThread::State {
       stats.rx_dropped++;
       return;
     }
-    note_alive(from, msg.incarnation);
-    if (msg.type == SmMsgType::kHeartbeat) return;
-    if (msg.is_request()) {
-      if (!nexus.deliver_to_rpc(msg.server_rpc_id, msg, from)) {
-        SmMsg resp = msg;
-        resp.type = response_type_of(msg.type);
-        resp.err = SmErr::kUnknownRpcId;
-        resp.routing_len = 0;
-        resp.routing = {};
-        send_now(resp, from);
-      }
+    if (msg.is_request() && !request_plausible(msg)) {
+      stats.rx_rejected++;
+      RPC_LOG_DEBUG("sm request from {} rejected: fields no Rpc could accept", from.to_string());
       return;
     }
-    on_response(msg, from);
+    // The probe's answer is the judge of incarnations, not a trigger.
+    if (msg.type == SmMsgType::kProbeResp) return remotes.on_probe_resp(msg, from);
+    remotes.on_message(from, msg.incarnation);
+    switch (msg.type) {
+      case SmMsgType::kHeartbeat:
+        return;
+      case SmMsgType::kProbeReq:
+        stats.probes_answered++;
+        return send_now(response_to(msg, SmErr::kNone), from);
+      case SmMsgType::kConnectReq:
+      case SmMsgType::kDisconnectReq:
+        return deliver_request(msg.server_rpc_id, msg, from);
+      case SmMsgType::kSessionResetReq:
+        return deliver_request(msg.client_rpc_id, msg, from);
+      default:
+        return on_response(msg, from);
+    }
   }
 
-  // A request of another version: answer with a v1 response that carries
-  // the refusal, so the peer fails fast instead of timing out.
+  void deliver_request(RpcId to_rpc, const SmMsg& msg, const NetAddr& from) {
+    if (!nexus.deliver_to_rpc(to_rpc, msg, from)) {
+      send_now(response_to(msg, SmErr::kUnknownRpcId), from);
+    }
+  }
+
+  // A request of another version: answer with a response of this version
+  // that carries the refusal, so the peer fails fast instead of timing out.
+  // A response of another version (such a refusal, in the peer's version)
+  // fails the request it answers the same way.
   void refuse_other_version(const SmMsg& partial, const NetAddr& from) {
-    if (partial.type != SmMsgType::kConnectReq && partial.type != SmMsgType::kDisconnectReq) {
+    if (partial.is_response()) return fail_other_version(partial, from);
+    if (partial.type != SmMsgType::kConnectReq && partial.type != SmMsgType::kDisconnectReq &&
+        partial.type != SmMsgType::kSessionResetReq) {
       stats.rx_dropped++;
       return;
     }
     SmMsg resp;
-    resp.type = response_type_of(partial.type);
+    resp.type = sm_response_type(partial.type);
     resp.err = SmErr::kVersionMismatch;
     resp.token = partial.token;
     send_now(resp, from);
   }
 
+  // Only the envelope of `partial` is known: its type and token. Sent by the
+  // address we asked, with our token, it can only be the peer's refusal.
+  void fail_other_version(const SmMsg& partial, const NetAddr& from) {
+    auto it = pending.find({partial.token, request_type_of(partial.type)});
+    if (it == pending.end() || !(it->second.to == from)) {
+      stats.rx_dropped++;
+      return;
+    }
+    const Pending p = it->second;
+    pending.erase(it);
+    if (p.owned || p.abandoned) return;
+    nexus.deliver_to_rpc(p.msg.client_rpc_id, response_to(p.msg, SmErr::kVersionMismatch), from);
+  }
+
   void on_response(const SmMsg& msg, const NetAddr& from) {
-    auto it = pending.find(msg.token);
+    auto it = pending.find({msg.token, request_type_of(msg.type)});
     // Only the peer we asked may answer, with the matching type: anything
     // else is a late duplicate or a forgery.
     if (it == pending.end() || !(it->second.to == from) ||
-        msg.type != response_type_of(it->second.msg.type) ||
         msg.client_rpc_id != it->second.msg.client_rpc_id ||
         msg.client_session_num != it->second.msg.client_session_num) {
       stats.rx_dropped++;
       return;
     }
+    const Pending p = it->second;
     pending.erase(it);
-    nexus.deliver_to_rpc(msg.client_rpc_id, msg, from);
+    if (p.owned) return;
+    if (!p.abandoned && nexus.deliver_to_rpc(msg.client_rpc_id, msg, from)) return;
+    // The Rpc that asked is gone. A session the server built for it would
+    // live until this process dies: end it from here.
+    if (msg.type == SmMsgType::kConnectResp && msg.err == SmErr::kNone)
+      disconnect_orphan(msg, from);
+  }
+
+  static SmMsgType request_type_of(SmMsgType response) {
+    switch (response) {
+      case SmMsgType::kConnectResp:
+        return SmMsgType::kConnectReq;
+      case SmMsgType::kDisconnectResp:
+        return SmMsgType::kDisconnectReq;
+      case SmMsgType::kSessionResetResp:
+        return SmMsgType::kSessionResetReq;
+      default:
+        return SmMsgType::kHeartbeat;  // matches no pending request
+    }
+  }
+
+  void disconnect_orphan(const SmMsg& connect_resp, const NetAddr& server) {
+    SmMsg m;
+    m.type = SmMsgType::kDisconnectReq;
+    m.transport = connect_resp.transport;
+    m.client_rpc_id = connect_resp.client_rpc_id;
+    m.server_rpc_id = connect_resp.server_rpc_id;
+    m.client_session_num = connect_resp.client_session_num;
+    m.server_session_num = connect_resp.server_session_num;
+    m.token = connect_resp.token;
+    stats.orphan_disconnects_sent++;
+    add_pending(m, server, /*owned=*/true);
+  }
+
+  void abandon_connect(uint64_t token) {
+    auto it = pending.find({token, SmMsgType::kConnectReq});
+    if (it != pending.end()) it->second.abandoned = true;
   }
 
   void on_tick() {
@@ -239,14 +289,11 @@ struct SmThread::State {
       Pending& p = it->second;
       if (now >= p.deadline) {
         stats.timeouts++;
-        SmMsg resp = p.msg;
-        resp.type = response_type_of(p.msg.type);
-        resp.err = SmErr::kTimeout;
-        resp.routing_len = 0;
-        resp.routing = {};
+        const SmMsg resp = response_to(p.msg, SmErr::kTimeout);
         const NetAddr to = p.to;
+        const bool deliver = !p.owned && !p.abandoned;
         it = pending.erase(it);
-        nexus.deliver_to_rpc(resp.client_rpc_id, resp, to);
+        if (deliver) nexus.deliver_to_rpc(resp.client_rpc_id, resp, to);
         continue;
       }
       if (now >= p.next_retry) {
@@ -256,6 +303,7 @@ struct SmThread::State {
       }
       ++it;
     }
+    remotes.on_retry_tick();
   }
 };
 
@@ -263,11 +311,11 @@ SmThread::SmThread(NexusImpl& nexus, const NetAddr& addr, const SmThreadConfig& 
     : state_(std::make_unique<State>(nexus, config)) {
   asio::error_code ec;
   state_->socket.open(asio::ip::udp::v4(), ec);
-  if (!ec) state_->socket.bind(to_endpoint(addr), ec);
+  if (ec) throw Error("cannot open the session-management socket", ec.value());
+  state_->socket.bind(to_endpoint(addr), ec);
+  // rpc::Error appends the errno text itself.
   if (ec) {
-    throw Error(
-        "cannot bind the session-management socket to " + addr.to_string() + ": " + ec.message(),
-        ec.value());
+    throw Error("cannot bind the session-management socket to " + addr.to_string(), ec.value());
   }
   state_->start_receive();
   state_->start_timer();
@@ -290,11 +338,13 @@ SmThread::~SmThread() {
 uint16_t SmThread::bound_port() const { return state_->socket.local_endpoint().port(); }
 
 void SmThread::send_request(const SmMsg& msg, const NetAddr& to) {
+  asio::post(state_->io, [this, msg, to] { state_->add_pending(msg, to, /*owned=*/false); });
+}
+
+void SmThread::send_owned_request(const SmMsg& msg, const NetAddr& to) {
   asio::post(state_->io, [this, msg, to] {
-    const auto now = Clock::now();
-    state_->pending[msg.token] =
-        State::Pending{msg, to, now + state_->retry, now + state_->timeout};
-    state_->send_now(msg, to);
+    if (msg.type == SmMsgType::kSessionResetReq) state_->stats.session_resets_sent++;
+    state_->add_pending(msg, to, /*owned=*/true);
   });
 }
 
@@ -302,14 +352,18 @@ void SmThread::send_response(const SmMsg& msg, const NetAddr& to) {
   asio::post(state_->io, [this, msg, to] { state_->send_now(msg, to); });
 }
 
+void SmThread::abandon_connect(uint64_t token) {
+  asio::post(state_->io, [this, token] { state_->abandon_connect(token); });
+}
+
 const SmThreadStats& SmThread::stats() const { return state_->stats; }
 
 void SmThread::add_remote(const NetAddr& remote, uint64_t incarnation) {
-  asio::post(state_->io, [this, remote, incarnation] { state_->add_remote(remote, incarnation); });
+  asio::post(state_->io, [this, remote, incarnation] { state_->remotes.add(remote, incarnation); });
 }
 
 void SmThread::release_remote(const NetAddr& remote) {
-  asio::post(state_->io, [this, remote] { state_->release_remote(remote); });
+  asio::post(state_->io, [this, remote] { state_->remotes.release(remote); });
 }
 
 }  // namespace rpc::detail

@@ -9,6 +9,7 @@ namespace rpc::detail {
 void RpcImpl::submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry) {
   (void)session;
   ReqHandleAccess::set_background(slot.handle, true);
+  ReqHandleAccess::bg_responded(slot.handle).store(false, std::memory_order_relaxed);
   bg_inflight_.fetch_add(1, std::memory_order_acq_rel);
   nexus_.submit_background(BgWork{&entry, &slot.handle, this});
 }
@@ -19,22 +20,49 @@ void RpcImpl::poll_bg_responses() {
     bg_local_.swap(bg_queue_);
     bg_pending_.store(false, std::memory_order_release);
   }
+  // The handle stays marked background until its slot's next request: a
+  // late second call from the handler's thread must still take the checked
+  // path above, not this thread's.
+  stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
   for (BgResponse& r : bg_local_) {
-    ReqHandleAccess::set_background(*r.handle, false);
     MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(*r.handle);
-    if (MsgBufferAccess::raw(r.resp) == MsgBufferAccess::raw(pre_resp)) {
+    if (r.handler_failed) {
+      pre_resp.resize(0);
+      apply_response(*r.handle, pre_resp, RespStatus::kHandlerFailed);
+    } else if (MsgBufferAccess::raw(r.resp) == MsgBufferAccess::raw(pre_resp)) {
       pre_resp = r.resp;  // carries the handler's resize
-      enqueue_response(*r.handle, pre_resp);
+      apply_response(*r.handle, pre_resp, RespStatus::kOk);
     } else {
-      enqueue_response(*r.handle, r.resp);
+      apply_response(*r.handle, r.resp, RespStatus::kOk);
     }
   }
   bg_local_.clear();
 }
 
+// On a background thread. An exception is the handler's way of failing:
+// unless it responded first, the client gets kHandlerFailed.
+void RpcImpl::run_background_handler(const HandlerEntry& entry, ReqHandle& handle) noexcept {
+  try {
+    entry.fn(handle);
+  } catch (...) {
+    handler_exceptions_.fetch_add(1, std::memory_order_relaxed);
+    if (!ReqHandleAccess::bg_responded(handle).exchange(true, std::memory_order_acq_rel)) {
+      {
+        std::lock_guard lock(bg_mutex_);
+        bg_queue_.push_back(BgResponse{&handle, MsgBuffer(), true});
+      }
+      bg_pending_.store(true, std::memory_order_release);
+    }
+  }
+  bg_handler_done();
+}
+
 void RpcImpl::finish_pending_handler(Session& session) {
+  RPC_ASSERT(session.pending_handlers > 0, "a response without a pending handler");
   session.pending_handlers--;
-  if (session.zombie && session.pending_handlers == 0) free_session(session);
+  if (session.state == SessionState::kDraining && session.pending_handlers == 0) {
+    free_session(session);
+  }
 }
 
 }  // namespace rpc::detail

@@ -28,17 +28,22 @@ void RpcImpl::fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload) {
   std::memcpy(ctrl.data(), &c, sizeof(c));
 }
 
-void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, const uint8_t* ctrl_data) {
+void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
+                                     const uint8_t* ctrl_data) {
   BulkCtrl c;
   std::memcpy(&c, ctrl_data, sizeof(c));
-  slot.req_buf = alloc_msg_buffer(c.len);
-  if (!slot.req_buf.valid()) {
-    slot.has_req = false;  // out of memory: the client retries
-    stats_.drops.busy++;
+  // The length to read is the peer's word: it must be the size the header
+  // announced and within what this Rpc receives at all.
+  if (c.len != msg_size || c.len > max_msg_size_) {
+    stats_.drops.bad_header++;
+    slot.has_req = false;
     return;
   }
-  slot.owns_req_buf = true;
-  slot.state = ServerSlotState::kBulkReading;
+  if (!alloc_req_buf(session, slot, c.len)) {  // over budget or out of memory: the client retries
+    slot.has_req = false;
+    return;
+  }
+  set_slot_state(slot, ServerSlotState::kBulkReading);
   const BulkOp op{&session.remote_route,
                   slot.req_buf.data(),
                   MsgBufferAccess::lkey(slot.req_buf),
@@ -51,7 +56,7 @@ void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, const u
   if (!transport_->post_read(op)) {
     release_server_slot(slot);  // the client's RTO resends the control packet
     slot.has_req = false;
-    slot.state = ServerSlotState::kIdle;
+    set_slot_state(slot, ServerSlotState::kIdle);
   }
 }
 
@@ -72,12 +77,19 @@ void RpcImpl::client_start_bulk_read(Session& session, ClientSlot& slot, const u
                   c.len,
                   make_cookie(session.local_num, false, slot.req_num)};
   stats_.bulk_reads++;
-  if (!transport_->post_read(op)) {
-    // Roll back so the RTO asks for the response again.
-    slot.bulk_resp_reading = false;
-    slot.num_rx--;
-    slot.session->credits--;
-  }
+  if (!transport_->post_read(op)) bulk_resp_read_failed(slot);
+}
+
+// The response's read failed: forget that its control packet arrived and
+// send the request's last packet again, which the server answers from its
+// cache with the control packet. The packet counts move together, so the
+// session's credits stay as they are (taking one back could wrap them at 0).
+void RpcImpl::bulk_resp_read_failed(ClientSlot& slot) {
+  slot.bulk_resp_reading = false;
+  slot.num_rx--;
+  slot.num_tx--;
+  slot.resp_pkts = 0;
+  client_try_send(slot);
 }
 
 void RpcImpl::poll_bulk() {
@@ -89,13 +101,14 @@ void RpcImpl::poll_bulk() {
     const uint64_t req_num = cookie & kReqNumMask;
     if (sn >= sessions_.size() || sessions_[sn] == nullptr) continue;  // session gone
     Session& session = *sessions_[sn];
+    if (!session.is_connected()) continue;  // ending: its slots are being released
     if ((cookie & kCookieServerBit) != 0) {
       ServerSlot& slot = session.sslots[req_num % kSessionReqWindow];
       if (slot.req_num != req_num || slot.state != ServerSlotState::kBulkReading) continue;
       if (!done[i].ok) {
         release_server_slot(slot);
         slot.has_req = false;
-        slot.state = ServerSlotState::kIdle;
+        set_slot_state(slot, ServerSlotState::kIdle);
         continue;
       }
       slot.req_rx = 1;
@@ -104,13 +117,11 @@ void RpcImpl::poll_bulk() {
     }
     ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];
     if (!slot.active || slot.req_num != req_num || !slot.bulk_resp_reading) continue;
-    slot.bulk_resp_reading = false;
     if (!done[i].ok) {
-      // Let the RTO ask for the response again.
-      slot.num_rx--;
-      session.credits--;
+      bulk_resp_read_failed(slot);
       continue;
     }
+    slot.bulk_resp_reading = false;
     client_complete(slot, Errc::kOk, slot.resp->size());
   }
 }

@@ -4,7 +4,16 @@
 
 namespace rpc::detail {
 
+// Not re-entrant: a continuation, handler or session callback that ran the
+// loop again would have it iterate the very queues and RX burst the outer
+// call is walking. Refused loudly instead (in every build).
 void RpcImpl::run_event_loop_once() noexcept {
+  RPC_CHECK_USAGE(!in_event_loop_,
+                  "Rpc {}: the event loop was run from inside itself (a continuation, handler or "
+                  "session callback); it is not re-entrant",
+                  config_.rpc_id);
+  RPC_CHECK_OWNER("run_event_loop");
+  in_event_loop_ = true;
   const uint64_t prev_loop_ns = now_ns_;
   now_ns_ = now_ns();
   if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
@@ -20,6 +29,7 @@ void RpcImpl::run_event_loop_once() noexcept {
     scan_for_loss();
   }
   tx_flush();
+  in_event_loop_ = false;
 }
 
 void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
@@ -29,8 +39,20 @@ void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
   } while (now_ns_ < end_ns);
 }
 
+// Requests from the network are capped (a peer retransmits what is dropped;
+// a flood from one socket must not grow a server that is not polling).
+// Responses and timeouts are never dropped: each answers a request of ours,
+// so they are bounded by what we asked, and losing one would strand a
+// session in kConnecting or kDisconnecting.
 void RpcImpl::sm_deliver(const SmMsg& msg, const NetAddr& from) {
   std::lock_guard lock(sm_mutex_);
+  if (msg.is_request()) {
+    if (sm_queued_requests_ >= kMaxQueuedSmRequests) {
+      sm_requests_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    sm_queued_requests_++;
+  }
   sm_queue_.push_back(SmDelivery{msg, from});
   sm_pending_.store(true, std::memory_order_release);
 }
@@ -47,8 +69,10 @@ void RpcImpl::poll_sm_queue() {
   {
     std::lock_guard lock(sm_mutex_);
     sm_local_.swap(sm_queue_);
+    sm_queued_requests_ = 0;
     sm_pending_.store(false, std::memory_order_release);
   }
+  stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
   for (const SmDelivery& d : sm_local_) handle_sm(d);
   sm_local_.clear();
 }

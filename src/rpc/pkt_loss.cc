@@ -1,18 +1,47 @@
 // Loss recovery: a client slot that made no progress for an RTO rolls back
 // to its last acknowledged packet and resends from there (go-back-N). The
 // server answers duplicates from its cache, so handlers run at most once.
+// The same scan bounds waiting: a request that hears nothing for
+// request_timeout_ms fails and resets its session, and a server drops a
+// request received in part whose client went silent.
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
 
 void RpcImpl::scan_for_loss() {
   last_loss_scan_ns_ = now_ns_;
-  for (auto& s : sessions_) {
-    if (s == nullptr || !s->is_client() || !s->is_connected()) continue;
-    for (ClientSlot& slot : s->cslots) {
-      // Nothing in flight (waiting for credits or a bulk read) is not loss.
-      if (!slot.active || slot.bulk_resp_reading || slot.num_tx == slot.num_rx) continue;
-      if (now_ns_ - slot.progress_ns >= rto_ns_) rollback(slot);
+  // By index: a timed-out request's continuation may create sessions.
+  for (size_t sn = 0; sn < sessions_.size(); sn++) {
+    Session* s = sessions_[sn].get();
+    if (s == nullptr || !s->is_connected()) continue;
+    if (s->is_client()) {
+      scan_client_session(*s);
+    } else {
+      scan_server_session(*s);
+    }
+  }
+}
+
+// Returns false when the session was reset (and freed).
+bool RpcImpl::scan_client_session(Session& session) {
+  for (ClientSlot& slot : session.cslots) {
+    if (!slot.active) continue;
+    if (request_timeout_ns_ != 0 && now_ns_ - slot.rx_progress_ns >= request_timeout_ns_) {
+      time_out_request(slot);
+      return false;
+    }
+    // Nothing in flight (waiting for credits or a bulk read) is not loss.
+    if (slot.bulk_resp_reading || slot.num_tx == slot.num_rx) continue;
+    if (now_ns_ - slot.progress_ns >= rto_ns_) rollback(slot);
+  }
+  return true;
+}
+
+void RpcImpl::scan_server_session(Session& session) {
+  for (ServerSlot& slot : session.sslots) {
+    if (slot.state == ServerSlotState::kReceiving &&
+        now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_) {
+      abandon_partial_request(slot);
     }
   }
 }
@@ -25,6 +54,23 @@ void RpcImpl::rollback(ClientSlot& slot) {
   session.stats.retransmissions++;
   stats_.retransmissions++;
   client_try_send(slot);
+}
+
+// Nothing came back for this request for request_timeout_ms: the server,
+// its Rpc or the path to it is gone, or its handler never responds. The
+// slot cannot be reused while the server may still hold the request, so
+// the whole session is reset (its server end asked to go away).
+void RpcImpl::time_out_request(ClientSlot& slot) {
+  Session& session = *slot.session;
+  stats_.requests_timed_out++;
+  stats_.sessions_reset++;
+  const SessionNum sn = session.local_num;
+  set_state(session, SessionState::kDisconnecting);
+  send_disconnect(session);
+  client_complete(slot, Errc::kTimedOut, 0);
+  fail_client_requests(session, Errc::kSessionReset);
+  free_session(session);
+  notify(sn, SessionEvent::kReset, SmErr::kRequestTimeout);
 }
 
 }  // namespace rpc::detail

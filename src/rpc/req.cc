@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
 
@@ -12,9 +13,14 @@ namespace rpc::detail {
 
 Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                               Continuation cont, void* tag) noexcept {
-  if (sn >= sessions_.size() || sessions_[sn] == nullptr) return Errc::kInvalidSession;
+  RPC_CHECK_OWNER("enqueue_request");
+  if (destroying_ || sn >= sessions_.size() || sessions_[sn] == nullptr) {
+    return Errc::kInvalidSession;
+  }
   Session& session = *sessions_[sn];
-  if (!session.is_client() || session.state == SessionState::kDisconnectInProgress) {
+  // Only a session that will send it: a connecting one queues it.
+  if (!session.is_client() ||
+      (!session.is_connected() && session.state != SessionState::kConnecting)) {
     return Errc::kInvalidSession;
   }
   if (!req.valid() || !resp.valid() || cont == nullptr) return Errc::kInvalidArgument;
@@ -54,6 +60,7 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.num_tx = 0;
   slot.num_rx = 0;
   slot.progress_ns = now_ns_;
+  slot.rx_progress_ns = now_ns_;
   if (slot.bulk_req) fill_bulk_ctrl(slot.bulk_ctrl, *entry.req);
   client_try_send(slot);
 }
@@ -167,6 +174,7 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
         std::copy_n(pkt + kPktHeaderBytes, data_len,
                     slot.req_buf.data() + pkt_num * caps_.max_data_per_pkt);
         slot.req_rx++;
+        slot.rx_progress_ns = now_ns_;
         if (last_pkt) {
           invoke_handler(session, slot, hdr.req_type());
         } else {
@@ -204,12 +212,56 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
   }
 }
 
-void RpcImpl::release_server_slot(ServerSlot& slot) {
+void RpcImpl::set_slot_state(ServerSlot& slot, ServerSlotState to) {
+  RPC_ASSERT(slot_transition_ok(slot.state, to), "illegal server slot state transition");
+  slot.state = to;
+}
+
+// Request buffers come out of the receive budget: a peer cannot make this
+// Rpc hold more than rx_budget_per_session_bytes per session and
+// rx_budget_per_rpc_bytes in all, whatever sizes its first packets claim.
+bool RpcImpl::alloc_req_buf(Session& session, ServerSlot& slot, size_t size) {
+  const size_t bytes = std::max<size_t>(size, 1);
+  if (session.rx_budget_bytes + bytes > rx_budget_per_session_bytes_ ||
+      rx_budget_used_bytes_ + bytes > rx_budget_per_rpc_bytes_) {
+    stats_.drops.rx_budget++;
+    return false;
+  }
+  slot.req_buf = alloc_msg_buffer(size);
+  if (!slot.req_buf.valid()) {
+    stats_.drops.out_of_memory++;
+    return false;
+  }
+  slot.owns_req_buf = true;
+  slot.rx_budget_bytes = bytes;
+  session.rx_budget_bytes += bytes;
+  rx_budget_used_bytes_ += bytes;
+  return true;
+}
+
+void RpcImpl::free_req_buf(ServerSlot& slot) {
   if (slot.owns_req_buf) free_msg_buffer(slot.req_buf);
   slot.owns_req_buf = false;
   slot.req_buf = MsgBuffer();
+  slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+  rx_budget_used_bytes_ -= slot.rx_budget_bytes;
+  slot.rx_budget_bytes = 0;
+}
+
+void RpcImpl::release_server_slot(ServerSlot& slot) {
+  free_req_buf(slot);
   if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
   slot.resp = nullptr;
+}
+
+// A request received in part whose client went silent: its buffer goes
+// back to the budget. The slot expects the same request number again, so a
+// client that is only slow starts the request over.
+void RpcImpl::abandon_partial_request(ServerSlot& slot) {
+  stats_.partial_requests_abandoned++;
+  release_server_slot(slot);
+  slot.has_req = false;
+  set_slot_state(slot, ServerSlotState::kIdle);
 }
 
 void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
@@ -222,14 +274,16 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   release_server_slot(slot);
+  set_slot_state(slot, ServerSlotState::kIdle);
   slot.has_req = true;
   slot.req_num = hdr.req_num();
   slot.req_rx = 0;
+  slot.rx_progress_ns = now_ns_;
   const uint32_t msg_size = hdr.msg_size();
   if (hdr.bulk()) {
     slot.req_pkts = 1;
     ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
-    server_start_bulk_read(session, slot, pkt + kPktHeaderBytes);
+    server_start_bulk_read(session, slot, msg_size, pkt + kPktHeaderBytes);
     return;
   }
   slot.req_pkts =
@@ -242,48 +296,69 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     invoke_handler(session, slot, hdr.req_type());
     return;
   }
-  slot.req_buf = alloc_msg_buffer(msg_size);
-  if (!slot.req_buf.valid()) {  // out of memory: drop, the client retries
+  if (!alloc_req_buf(session, slot,
+                     msg_size)) {  // over budget or out of memory: the client retries
     slot.has_req = false;
-    stats_.drops.busy++;
     return;
   }
-  slot.owns_req_buf = true;
   std::copy_n(pkt + kPktHeaderBytes, data_len, slot.req_buf.data());
   slot.req_rx = 1;
   if (slot.req_pkts == 1) {
     invoke_handler(session, slot, hdr.req_type());
     return;
   }
-  slot.state = ServerSlotState::kReceiving;
+  set_slot_state(slot, ServerSlotState::kReceiving);
   tx_ctrl(session,
           PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0, slot.req_num));
 }
 
 void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_type) {
-  slot.state = ServerSlotState::kInHandler;
+  set_slot_state(slot, ServerSlotState::kInHandler);
   ReqHandle& handle = slot.handle;
   ReqHandleAccess::req(handle) = slot.req_buf;
   ReqHandleAccess::set_req_type(handle, req_type);
+  ReqHandleAccess::set_background(handle, false);
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);
   pre_resp.resize(pre_resp.max_size());
   const HandlerEntry& entry = (*handlers_)[req_type];
   session.pending_handlers++;
   if (!entry.registered) {
     // Answer with an empty "no handler" response so the client fails fast.
-    slot.status = static_cast<uint8_t>(RespStatus::kNoHandler);
     pre_resp.resize(0);
-    enqueue_response(handle, pre_resp);
+    apply_response(handle, pre_resp, RespStatus::kNoHandler);
     return;
   }
-  slot.status = static_cast<uint8_t>(RespStatus::kOk);
   stats_.handlers_run++;
   if (entry.mode == HandlerMode::kBackground) {
     submit_background(session, slot, entry);
     return;
   }
-  ReqHandleAccess::set_background(handle, false);
-  entry.fn(handle);
+  // The slot is found again by number afterwards: the handler may have
+  // responded, and that may have freed a draining session.
+  const SessionNum sn = session.local_num;
+  const size_t slot_index = static_cast<size_t>(&slot - session.sslots.data());
+  const uint64_t req_num = slot.req_num;
+  try {
+    entry.fn(handle);
+  } catch (const std::exception& e) {
+    handler_failed(sn, slot_index, req_num, e.what());
+  } catch (...) {
+    handler_failed(sn, slot_index, req_num, "an exception not derived from std::exception");
+  }
+}
+
+// A handler threw. If it had not responded yet, the client is told with
+// kHandlerFailed (an empty response); either way the Rpc carries on.
+void RpcImpl::handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what) {
+  stats_.handler_exceptions = handler_exceptions_.fetch_add(1, std::memory_order_relaxed) + 1;
+  RPC_LOG_WARN("Rpc {}: a handler threw: {}", config_.rpc_id, what);
+  Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  if (s == nullptr) return;
+  ServerSlot& slot = s->sslots[slot_index];
+  if (slot.state != ServerSlotState::kInHandler || slot.req_num != req_num) return;
+  MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(slot.handle);
+  pre_resp.resize(0);
+  apply_response(slot.handle, pre_resp, RespStatus::kHandlerFailed);
 }
 
 }  // namespace rpc::detail

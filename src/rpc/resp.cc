@@ -3,6 +3,7 @@
 // client assembles it and completes the request.
 #include <algorithm>
 
+#include "common/log.h"
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
@@ -11,7 +12,13 @@ namespace rpc::detail {
 
 void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   if (handle.is_background()) {
-    // Called on a background thread: hand it to the Rpc thread.
+    // Called on a background thread (or any thread): hand it to the Rpc
+    // thread. The flag is the one thing every thread may touch.
+    RPC_CHECK_USAGE(
+        !ReqHandleAccess::bg_responded(handle).exchange(true, std::memory_order_acq_rel),
+        "Rpc {}: enqueue_response called twice for one request (a background "
+        "handler's handle)",
+        config_.rpc_id);
     {
       std::lock_guard lock(bg_mutex_);
       bg_queue_.push_back(BgResponse{&handle, resp});
@@ -19,7 +26,21 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
     bg_pending_.store(true, std::memory_order_release);
     return;
   }
-  ServerSlot& slot = *ReqHandleAccess::slot(handle);
+  RPC_CHECK_OWNER("enqueue_response");
+  apply_response(handle, resp, RespStatus::kOk);
+}
+
+// The one way a server slot leaves kInHandler. Refuses (loudly) a handle
+// that is not waiting for a response: a second response would free a
+// buffer twice and unbalance the session's handler count.
+void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status) {
+  ServerSlot* slot_ptr = ReqHandleAccess::slot(handle);
+  RPC_CHECK_USAGE(slot_ptr != nullptr && slot_ptr->state == ServerSlotState::kInHandler &&
+                      &slot_ptr->handle == &handle,
+                  "Rpc {}: enqueue_response for a request that is not waiting for a response "
+                  "(a second response for one request, or a handle that is not a handler's)",
+                  config_.rpc_id);
+  ServerSlot& slot = *slot_ptr;
   Session& session = *slot.session;
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);
   if (&resp == &pre_resp || MsgBufferAccess::raw(resp) == MsgBufferAccess::raw(pre_resp)) {
@@ -30,20 +51,19 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
     slot.dyn_resp = resp;  // the Rpc owns it now
     slot.resp = &slot.dyn_resp;
   }
+  slot.status = static_cast<uint8_t>(status);
   // The request buffer is no longer needed; a zero-copy view dies with the
   // RX burst anyway.
-  if (slot.owns_req_buf) free_msg_buffer(slot.req_buf);
-  slot.owns_req_buf = false;
-  slot.req_buf = MsgBuffer();
+  free_req_buf(slot);
   ReqHandleAccess::req(handle) = MsgBuffer();
-  slot.state = ServerSlotState::kResponded;
+  set_slot_state(slot, ServerSlotState::kResponded);
   slot.resp_bulk = use_bulk(slot.resp->size());
   if (slot.resp_bulk) fill_bulk_ctrl(slot.bulk_ctrl, *slot.resp);
   // The client is gone: nothing to send, and the last pending handler
-  // frees the session, so read the flag before.
-  const bool zombie = session.zombie;
+  // frees the session, so read the state before.
+  const bool draining = session.state == SessionState::kDraining;
   finish_pending_handler(session);
-  if (zombie) return;
+  if (draining || !session.is_connected()) return;
   server_send_resp_pkt(session, slot, 0);
 }
 
@@ -97,6 +117,10 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
       client_complete(slot, Errc::kNoHandler, 0);
       return;
     }
+    if (hdr.status() == RespStatus::kHandlerFailed) {
+      client_complete(slot, Errc::kHandlerFailed, 0);
+      return;
+    }
     if (msg_size > slot.resp->max_size()) {
       client_complete(slot, Errc::kRespBufferTooSmall, 0);
       return;
@@ -137,7 +161,7 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
     session.backlog.pop_front();
     start_request(slot, next);
   }
-  cont(owner_, completion);
+  run_continuation(cont, completion);
 }
 
 }  // namespace rpc::detail

@@ -68,37 +68,91 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   transport_->fill_local_routing_info(local_route_);
   max_msg_size_ = max_msg_size_for(caps_.max_data_per_pkt);
   rto_ns_ = config.rto_us * 1000;
+  request_timeout_ns_ = uint64_t{config.request_timeout_ms} * 1000000;
+  partial_request_timeout_ns_ = uint64_t{config.partial_request_timeout_ms} * 1000000;
+  if (partial_request_timeout_ns_ == 0)
+    throw Error("Rpc: partial_request_timeout_ms must be positive");
+  rx_budget_per_session_bytes_ =
+      config.rx_budget_per_session_bytes == 0 ? max_msg_size_ : config.rx_budget_per_session_bytes;
+  rx_budget_per_rpc_bytes_ = config.rx_budget_per_rpc_bytes;
+  if (rx_budget_per_rpc_bytes_ < rx_budget_per_session_bytes_) {
+    throw Error(
+        fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
+                    rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
+  }
   drop_enabled_ = config.drop_tx_fraction > 0.0;
-  drop_threshold_ = static_cast<uint64_t>(config.drop_tx_fraction * 18446744073709551615.0);
+  // 2^64 * fraction, saturated: 1.0 itself does not fit a uint64_t (and
+  // converting it was undefined; it came out as "drop nothing").
+  drop_threshold_ = config.drop_tx_fraction >= 1.0
+                        ? UINT64_MAX
+                        : static_cast<uint64_t>(config.drop_tx_fraction * 18446744073709551616.0);
   rng_state_ ^= (static_cast<uint64_t>(config.rpc_id) << 32) ^ now_ns();
   Transport* t = transport_.get();
+  // Freed large regions (above one chunk) go back to the system, but the
+  // last two largest messages' worth stay mapped and registered: mapping,
+  // registering and faulting in megabytes per request would cost 30-75 ms
+  // each here (measured), while the receive budget already bounds what a
+  // peer can make us allocate.
   allocator_ = std::make_unique<Allocator>(
       [t](void* addr, size_t len) { return t->register_memory(addr, len); },
-      [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0);
+      [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0,
+      2 * max_msg_size_);
   handlers_ = &nexus.freeze_handlers();
   stall_queue_.reserve(64);
   auto registered = nexus_.register_rpc(config.rpc_id, this);
   if (!registered) throw Error("Rpc: " + registered.error());
+  owner_thread_ = std::this_thread::get_id();
   now_ns_ = now_ns();
   last_loss_scan_ns_ = now_ns_;
 }
 
+// Every accepted request's continuation runs exactly once, here if not
+// before; peers are told; nothing is sent from a freed session.
 RpcImpl::~RpcImpl() {
+  RPC_CHECK_USAGE(!in_event_loop_,
+                  "Rpc {} destroyed from inside its own event loop (a continuation, handler or "
+                  "session callback)",
+                  config_.rpc_id);
+  RPC_CHECK_OWNER("~Rpc");
   // No more SM deliveries once unregistered.
   nexus_.unregister_rpc(config_.rpc_id);
   // Background handlers hold pointers into our sessions.
   while (bg_inflight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  for (auto& s : sessions_) {
+  // Packets queued since the last loop iteration point into request
+  // buffers that the continuations below hand back to the application.
+  tx_flush();
+  destroying_ = true;  // continuations below can start nothing new
+  // By index: nothing below adds sessions, but free_session may not run
+  // until every continuation has.
+  for (size_t sn = 0; sn < sessions_.size(); sn++) {
+    Session* s = sessions_[sn].get();
     if (s == nullptr) continue;
-    if (s->is_client()) {
-      fail_client_requests(*s, Errc::kSessionDestroyed);
-      if (s->is_connected()) send_disconnect(*s);
+    if (!s->is_client()) {
+      if (s->is_connected()) send_session_reset(*s);
+      continue;
+    }
+    switch (s->state) {
+      case SessionState::kConnected:
+        set_state(*s, SessionState::kDisconnecting);
+        fail_client_requests(*s, Errc::kSessionDestroyed);
+        send_disconnect(*s);
+        break;
+      case SessionState::kConnecting:
+        set_state(*s, SessionState::kDisconnecting);
+        fail_client_requests(*s, Errc::kSessionDestroyed);
+        nexus_.sm_abandon_connect(s->sm_token);  // the Nexus disconnects if it was accepted
+        break;
+      case SessionState::kConnectingDoomed:
+        nexus_.sm_abandon_connect(s->sm_token);
+        break;
+      default:
+        break;
     }
   }
+  tx_flush();
   for (auto& s : sessions_) {
     if (s != nullptr) free_session(*s);
   }
-  tx_flush();
 }
 
 MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {

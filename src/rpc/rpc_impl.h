@@ -9,10 +9,15 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
+
+#include "common/log.h"
 
 #include "memory/allocator.h"
 #include "rpc/rpc.h"
@@ -37,7 +42,23 @@ struct ReqHandleAccess {
   static MsgBuffer& pre_resp(ReqHandle& h) { return h.pre_resp_; }
   static void set_req_type(ReqHandle& h, ReqType t) { h.req_type_ = t; }
   static void set_background(ReqHandle& h, bool bg) { h.is_background_ = bg; }
+  static std::atomic<bool>& bg_responded(ReqHandle& h) { return h.bg_responded_; }
 };
+
+// Datapath calls from a thread other than the Rpc's own corrupt its state
+// silently; builds with assertions (every CI build) check the caller at
+// the public entry points, like eRPC's in_dispatch() asserts.
+#ifndef NDEBUG
+#define RPC_CHECK_OWNER(what)                                                                  \
+  RPC_CHECK_USAGE(std::this_thread::get_id() == owner_thread_,                                 \
+                  "Rpc {}: {} called from a thread that does not own the Rpc (an Rpc belongs " \
+                  "to the thread that created it)",                                            \
+                  config_.rpc_id, what)
+#else
+#define RPC_CHECK_OWNER(what) \
+  do {                        \
+  } while (0)
+#endif
 
 // A session-management message delivered by the Nexus to this Rpc.
 struct SmDelivery {
@@ -52,7 +73,14 @@ struct SmDelivery {
 struct BgResponse {
   ReqHandle* handle;
   MsgBuffer resp;
+  bool handler_failed = false;  // the handler threw before responding
 };
+
+// Session-management requests from the network waiting for the Rpc thread:
+// more are dropped (the peer retransmits), so a flood cannot grow memory.
+inline constexpr size_t kMaxQueuedSmRequests = 1024;
+// Ended server sessions remembered so that their connect cannot be replayed.
+inline constexpr size_t kMaxTombstones = 4096;
 
 class RpcImpl {
  public:
@@ -74,7 +102,10 @@ class RpcImpl {
   void run_event_loop_once() noexcept;
 
   RpcId rpc_id() const { return config_.rpc_id; }
-  const RpcStats& stats() const { return stats_; }
+  const RpcStats& stats() const {
+    stats_.drops.oversized = transport_->rx_drops.oversized;
+    return stats_;
+  }
   size_t max_msg_size() const { return max_msg_size_; }
   size_t max_data_per_pkt() const { return caps_.max_data_per_pkt; }
   const std::string& transport_name() const { return transport_name_; }
@@ -83,6 +114,9 @@ class RpcImpl {
   // --- called by the Nexus, from its threads ---
   void sm_deliver(const SmMsg& msg, const NetAddr& from);
   void bg_handler_done() { bg_inflight_.fetch_sub(1, std::memory_order_acq_rel); }
+  // Runs a background handler on the calling (background) thread; an
+  // exception fails the request with kHandlerFailed.
+  void run_background_handler(const HandlerEntry& entry, ReqHandle& handle) noexcept;
   void remote_failed(const NetAddr& remote, uint64_t incarnation);
 
  private:
@@ -106,8 +140,14 @@ class RpcImpl {
   void server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
                       size_t data_len);
   void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
+  void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
   void release_server_slot(ServerSlot& slot);
+  void set_slot_state(ServerSlot& slot, ServerSlotState to);
+  bool alloc_req_buf(Session& session, ServerSlot& slot, size_t size);
+  void free_req_buf(ServerSlot& slot);
+  void abandon_partial_request(ServerSlot& slot);
   // resp.cc
+  void apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status);
   void server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num);
   void server_process_rfr(Session& session, const PktHdr& hdr);
   void client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
@@ -125,12 +165,17 @@ class RpcImpl {
     return caps_.bulk && msg_size > config_.bulk_threshold_bytes;
   }
   void fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload);
-  void server_start_bulk_read(Session& session, ServerSlot& slot, const uint8_t* ctrl_data);
+  void server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
+                              const uint8_t* ctrl_data);
+  void bulk_resp_read_failed(ClientSlot& slot);
   void client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data);
   void poll_bulk();
   // pkt_loss.cc
   void scan_for_loss();
+  bool scan_client_session(Session& session);
+  void scan_server_session(Session& session);
   void rollback(ClientSlot& slot);
+  void time_out_request(ClientSlot& slot);
   // sm.cc
   void handle_sm(const SmDelivery& d);
   void handle_connect_req(const SmDelivery& d);
@@ -139,13 +184,23 @@ class RpcImpl {
   void handle_disconnect_resp(const SmDelivery& d);
   void handle_remote_failure(const NetAddr& remote, uint64_t incarnation);
   void hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation);
+  void handle_session_reset_req(const SmDelivery& d);
   void send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn);
   void send_disconnect(Session& session);
+  void send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, SessionNum client_sn,
+                           SessionNum server_sn, uint64_t token);
+  void send_session_reset(Session& session);
+  size_t ring_room_sessions() const;
+  // sessions.cc
+  void set_state(Session& session, SessionState to);
   Session* alloc_session(SessionRole role);
   void free_session(Session& session);
+  void add_tombstone(uint64_t token);
   void fail_client_requests(Session& session, Errc errc);
+  void reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc);
+  void end_server_session(Session& session);
   void notify(SessionNum sn, SessionEvent event, SmErr err);
-  size_t ring_room_sessions() const;
+  void run_continuation(Continuation cont, const Completion& completion) noexcept;
   // bg.cc
   void submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry);
   void poll_bg_responses();
@@ -164,15 +219,27 @@ class RpcImpl {
   std::unique_ptr<Allocator> allocator_;
   const std::array<HandlerEntry, 256>* handlers_;
   size_t max_msg_size_ = 0;
-  RpcStats stats_;
+  mutable RpcStats stats_;  // mutable: stats() folds in the transport's counters
   uint64_t now_ns_ = 0;
   uint64_t rto_ns_ = 0;
+  uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
+  uint64_t partial_request_timeout_ns_ = 0;
   uint64_t last_loss_scan_ns_ = 0;
+  std::thread::id owner_thread_;
+  bool in_event_loop_ = false;  // the loop is not re-entrant
+  bool destroying_ = false;     // ~RpcImpl runs: no new requests or sessions
+
+  // Receive budget (server): bytes held for requests being received or handled.
+  size_t rx_budget_per_session_bytes_ = 0;
+  size_t rx_budget_per_rpc_bytes_ = 0;
+  size_t rx_budget_used_bytes_ = 0;
 
   std::vector<std::unique_ptr<Session>> sessions_;  // index = SessionNum
   std::vector<SessionNum> free_session_nums_;
   size_t num_sessions_ = 0;
   std::unordered_map<uint64_t, SessionNum> server_sessions_by_token_;
+  std::unordered_set<uint64_t> tombstones_;  // tokens of ended server sessions
+  std::deque<uint64_t> tombstone_fifo_;      // the same, oldest first
 
   // TX batch: items point into MsgBuffers or into ctrl_hdrs_.
   static constexpr size_t kTxBatch = 32;
@@ -197,6 +264,8 @@ class RpcImpl {
   std::mutex sm_mutex_;
   std::vector<SmDelivery> sm_queue_;
   std::vector<SmDelivery> sm_local_;
+  size_t sm_queued_requests_ = 0;  // requests in sm_queue_ (under sm_mutex_)
+  std::atomic<uint64_t> sm_requests_dropped_{0};
   std::atomic<bool> sm_pending_{false};
 
   // Background handler responses.
@@ -205,6 +274,7 @@ class RpcImpl {
   std::vector<BgResponse> bg_local_;
   std::atomic<bool> bg_pending_{false};
   std::atomic<size_t> bg_inflight_{0};
+  std::atomic<uint64_t> handler_exceptions_{0};
 };
 
 }  // namespace rpc::detail

@@ -54,8 +54,7 @@ void RpcImpl::process_pkt(const RxPacket& pkt) {
     return;
   }
   const SessionNum sn = hdr.dest_session_num();
-  if (sn >= sessions_.size() || sessions_[sn] == nullptr || !sessions_[sn]->is_connected() ||
-      sessions_[sn]->zombie) {
+  if (sn >= sessions_.size() || sessions_[sn] == nullptr || !sessions_[sn]->is_connected()) {
     stats_.drops.unknown_session++;
     return;
   }
@@ -108,6 +107,7 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
   slot.num_rx++;
   slot.session->credits++;
   slot.progress_ns = now_ns_;
+  slot.rx_progress_ns = now_ns_;
   return true;
 }
 

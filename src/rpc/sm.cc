@@ -3,20 +3,15 @@
 // through the Nexus's SM thread, which retransmits requests.
 #include <fmt/format.h>
 
-#include <random>
-
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/random.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
 
 namespace {
-
-uint64_t new_token() {
-  thread_local std::mt19937_64 gen{std::random_device{}()};
-  return gen();
-}
 
 // Binds a new session to its connect request: the token, and the request
 // numbers derived from it (see first_req_num).
@@ -33,84 +28,9 @@ void bind_to_connect(Session& session, uint64_t token) {
 
 size_t RpcImpl::ring_room_sessions() const { return caps_.rx_ring_size / kSessionCredits; }
 
-Session* RpcImpl::alloc_session(SessionRole role) {
-  if (num_sessions_ >= config_.max_sessions) return nullptr;
-  auto s = std::make_unique<Session>();
-  s->role = role;
-  bool ok = true;
-  for (size_t i = 0; i < kSessionReqWindow; i++) {
-    ClientSlot& c = s->cslots[i];
-    c.session = s.get();
-    c.index = static_cast<uint8_t>(i);
-    ServerSlot& v = s->sslots[i];
-    v.session = s.get();
-    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
-    if (role == SessionRole::kServer) {
-      ReqHandleAccess::pre_resp(v.handle) = alloc_msg_buffer(caps_.max_data_per_pkt);
-      ok = ok && ReqHandleAccess::pre_resp(v.handle).valid();
-    }
-    if (caps_.bulk) {
-      MsgBuffer& ctrl = role == SessionRole::kServer ? v.bulk_ctrl : c.bulk_ctrl;
-      ctrl = alloc_msg_buffer(sizeof(BulkCtrl));
-      ok = ok && ctrl.valid();
-    }
-  }
-  SessionNum sn;
-  if (free_session_nums_.empty()) {
-    sn = static_cast<SessionNum>(sessions_.size());
-    sessions_.emplace_back();
-  } else {
-    sn = free_session_nums_.back();
-    free_session_nums_.pop_back();
-  }
-  s->local_num = sn;
-  sessions_[sn] = std::move(s);
-  num_sessions_++;
-  if (!ok) {
-    free_session(*sessions_[sn]);
-    return nullptr;
-  }
-  return sessions_[sn].get();
-}
-
-void RpcImpl::free_session(Session& session) {
-  for (ServerSlot& slot : session.sslots) {
-    release_server_slot(slot);
-    free_msg_buffer(ReqHandleAccess::pre_resp(slot.handle));
-    free_msg_buffer(slot.bulk_ctrl);
-  }
-  for (ClientSlot& slot : session.cslots) {
-    free_msg_buffer(slot.bulk_ctrl);
-    if (slot.in_stall_queue) std::erase(stall_queue_, &slot);
-  }
-  if (session.role == SessionRole::kServer) server_sessions_by_token_.erase(session.sm_token);
-  if (session.holds_remote_ref) nexus_.release_remote(session.remote_nexus);
-  const SessionNum sn = session.local_num;
-  sessions_[sn].reset();
-  free_session_nums_.push_back(sn);
-  num_sessions_--;
-  stats_.sessions_freed++;
-}
-
-void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
-  if (config_.session_callback) config_.session_callback(sn, event, err);
-}
-
-void RpcImpl::fail_client_requests(Session& session, Errc errc) {
-  for (ClientSlot& slot : session.cslots) {
-    if (slot.active) client_complete(slot, errc, 0);
-  }
-  while (!session.backlog.empty()) {
-    const BacklogEntry e = session.backlog.front();
-    session.backlog.pop_front();
-    e.resp->resize(0);
-    session.stats.requests_completed++;
-    stats_.requests_completed++;
-    e.cont(owner_, Completion{errc, e.resp, 0, e.tag});
-  }
-}
-
 Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
+  RPC_CHECK_OWNER("create_session");
+  if (destroying_) return Failure{"create_session: the Rpc is being destroyed"};
   auto addr = parse_uri(remote_uri);
   if (!addr) return Failure{"create_session: " + addr.error()};
   if (remote_rpc_id == kInvalidRpcId) return Failure{"create_session: rpc_id 255 is reserved"};
@@ -124,11 +44,13 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
         caps_.rx_ring_size, kSessionCredits)};
   }
   Session* s = alloc_session(SessionRole::kClient);
-  if (s == nullptr) return Failure{"create_session: out of memory for session buffers"};
+  if (s == nullptr) {
+    return Failure{fmt::format("create_session: cannot allocate the session's buffers ({})",
+                               allocator_->last_failure_text())};
+  }
   hold_remote(*s, *addr, 0);  // learned from the connect response
   s->remote_rpc_id = remote_rpc_id;
-  s->state = SessionState::kConnectInProgress;
-  bind_to_connect(*s, new_token());
+  bind_to_connect(*s, random_u64());
 
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
@@ -139,60 +61,81 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   m.token = s->sm_token;
   m.routing = local_route_;
   m.routing_len = RoutingInfo::kMaxBytes;
+  m.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
   nexus_.sm_send_request(m, *addr);
   return s->local_num;
 }
 
 Result<bool> RpcImpl::destroy_session(SessionNum sn) {
+  RPC_CHECK_OWNER("destroy_session");
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) {
     return Failure{fmt::format("destroy_session: no session {}", sn)};
   }
   Session& s = *sessions_[sn];
   if (!s.is_client()) {
     return Failure{
-        fmt::format("destroy_session: session {} is a server session; its client "
-                    "ends it",
-                    sn)};
+        fmt::format("destroy_session: session {} is a server session; its client ends it", sn)};
   }
-  if (s.state == SessionState::kDisconnectInProgress) {
-    return Failure{fmt::format("destroy_session: session {} is already being destroyed", sn)};
-  }
-  const bool was_connected = s.is_connected();
-  // State first: continuations run below and must not queue on it again.
-  s.state = SessionState::kDisconnectInProgress;
-  fail_client_requests(s, Errc::kSessionDestroyed);
-  if (was_connected) {
+  if (s.state == SessionState::kConnected) {
+    // State first: continuations run below and must not queue on it again.
+    set_state(s, SessionState::kDisconnecting);
+    fail_client_requests(s, Errc::kSessionDestroyed);
     send_disconnect(s);
-  } else {
-    s.destroy_requested = true;  // finished when the connect response arrives
+    return true;
   }
-  return true;
+  if (s.state == SessionState::kConnecting) {
+    set_state(s, SessionState::kConnectingDoomed);  // ended when the connect answer arrives
+    fail_client_requests(s, Errc::kSessionDestroyed);
+    return true;
+  }
+  return Failure{fmt::format("destroy_session: session {} is already being destroyed", sn)};
 }
 
 // The disconnect carries the token of the connect that created the session,
 // and the server checks it: a late or retransmitted disconnect can then only
 // end that very session, never a newer one that reuses its numbers.
 void RpcImpl::send_disconnect(Session& session) {
+  send_disconnect_for(session.remote_nexus, session.remote_rpc_id, session.local_num,
+                      session.remote_num, session.sm_token);
+}
+
+void RpcImpl::send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, SessionNum client_sn,
+                                  SessionNum server_sn, uint64_t token) {
   SmMsg m;
   m.type = SmMsgType::kDisconnectReq;
   m.transport = transport_kind_;
   m.client_rpc_id = config_.rpc_id;
-  m.server_rpc_id = session.remote_rpc_id;
-  m.client_session_num = session.local_num;
-  m.server_session_num = session.remote_num;
+  m.server_rpc_id = server_rpc_id;
+  m.client_session_num = client_sn;
+  m.server_session_num = server_sn;
+  m.token = token;
+  nexus_.sm_send_request(m, to);
+}
+
+// A server session whose Rpc is going away: its client is told, so that it
+// fails its requests at once instead of retransmitting into the void.
+void RpcImpl::send_session_reset(Session& session) {
+  SmMsg m;
+  m.type = SmMsgType::kSessionResetReq;
+  m.transport = transport_kind_;
+  m.client_rpc_id = session.remote_rpc_id;
+  m.server_rpc_id = config_.rpc_id;
+  m.client_session_num = session.remote_num;
+  m.server_session_num = session.local_num;
   m.token = session.sm_token;
-  nexus_.sm_send_request(m, session.remote_nexus);
+  m.err = SmErr::kRemoteRpcGone;
+  nexus_.sm_send_session_reset(m, session.remote_nexus);
 }
 
 void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn) {
   SmMsg resp = req;
-  resp.type =
-      req.type == SmMsgType::kConnectReq ? SmMsgType::kConnectResp : SmMsgType::kDisconnectResp;
+  resp.type = sm_response_type(req.type);
   resp.err = err;
   resp.transport = transport_kind_;
   resp.server_session_num = server_sn;
   resp.routing = err == SmErr::kNone ? local_route_ : RoutingInfo{};
   resp.routing_len = err == SmErr::kNone ? RoutingInfo::kMaxBytes : 0;
+  resp.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
   if (err != SmErr::kNone) stats_.sm_refused++;
   nexus_.sm_send_response(resp, to);
 }
@@ -201,19 +144,17 @@ void RpcImpl::handle_sm(const SmDelivery& d) {
   if (d.remote_failure) return handle_remote_failure(d.from, d.msg.incarnation);
   switch (d.msg.type) {
     case SmMsgType::kConnectReq:
-      handle_connect_req(d);
-      return;
+      return handle_connect_req(d);
     case SmMsgType::kConnectResp:
-      handle_connect_resp(d);
-      return;
+      return handle_connect_resp(d);
     case SmMsgType::kDisconnectReq:
-      handle_disconnect_req(d);
-      return;
+      return handle_disconnect_req(d);
     case SmMsgType::kDisconnectResp:
-      handle_disconnect_resp(d);
-      return;
-    case SmMsgType::kHeartbeat:
-      return;  // consumed by the Nexus
+      return handle_disconnect_resp(d);
+    case SmMsgType::kSessionResetReq:
+      return handle_session_reset_req(d);
+    default:
+      return;  // heartbeats, probes, reset answers: the Nexus's own business
   }
 }
 
@@ -228,8 +169,21 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
     }
     return;
   }
+  // The session this request created has ended: a replay, or a very late
+  // retransmission. Building it again would leave an orphan nobody ends.
+  if (tombstones_.contains(m.token)) {
+    stats_.sm_replays_refused++;
+    return send_sm_resp(m, d.from, SmErr::kInvalidSession, kInvalidSessionNum);
+  }
+  if (destroying_) return send_sm_resp(m, d.from, SmErr::kRemoteRpcGone, kInvalidSessionNum);
   if (m.transport != transport_kind_)
     return send_sm_resp(m, d.from, SmErr::kTransportMismatch, kInvalidSessionNum);
+  // Buffers are laid out by packet size at both ends: packets of another
+  // size would be dropped as malformed, and every request retransmitted
+  // forever. Refused here, with the reason.
+  if (m.max_data_per_pkt != caps_.max_data_per_pkt) {
+    return send_sm_resp(m, d.from, SmErr::kPktSizeMismatch, kInvalidSessionNum);
+  }
   if (num_sessions_ >= config_.max_sessions) {
     return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
   }
@@ -241,12 +195,17 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
     return send_sm_resp(m, d.from, SmErr::kInvalidRoutingInfo, kInvalidSessionNum);
   }
   Session* s = alloc_session(SessionRole::kServer);
-  if (s == nullptr) return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
-  s->state = SessionState::kConnected;
+  if (s == nullptr) {
+    transport_->release_remote_routing_info(route);
+    RPC_LOG_WARN("Rpc {}: cannot allocate a server session's buffers: {}", config_.rpc_id,
+                 allocator_->last_failure_text());
+    return send_sm_resp(m, d.from, SmErr::kOutOfMemory, kInvalidSessionNum);
+  }
   s->remote_num = m.client_session_num;
   s->remote_rpc_id = m.client_rpc_id;
   hold_remote(*s, d.from, m.incarnation);
   s->remote_route = route;
+  s->route_resolved = true;
   s->remote_src_key = transport_->src_key_of(route);
   bind_to_connect(*s, m.token);
   server_sessions_by_token_[m.token] = s->local_num;
@@ -257,15 +216,22 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
 void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   const SmMsg& m = d.msg;
   const SessionNum sn = m.client_session_num;
-  if (sn >= sessions_.size() || sessions_[sn] == nullptr) return;
-  Session& s = *sessions_[sn];
-  if (!s.is_client() || s.sm_token != m.token ||
-      (s.state != SessionState::kConnectInProgress && !s.destroy_requested)) {
+  Session* sp = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  if (sp == nullptr || !sp->is_client() || sp->sm_token != m.token || !sp->is_connecting()) {
+    // An answer for a session that has ended since (or a duplicate of one
+    // already applied): a server that accepted it would keep its end
+    // forever, so end it, unless the session is ours and connected.
+    const bool ours = sp != nullptr && sp->is_client() && sp->sm_token == m.token;
+    if (m.err == SmErr::kNone && !ours) {
+      send_disconnect_for(d.from, m.server_rpc_id, sn, m.server_session_num, m.token);
+    }
     return;
   }
-  if (s.destroy_requested) {  // destroy_session() ran while connecting
+  Session& s = *sp;
+  if (s.state == SessionState::kConnectingDoomed) {  // destroy_session() ran while connecting
     if (m.err == SmErr::kNone) {
       s.remote_num = m.server_session_num;
+      set_state(s, SessionState::kDisconnecting);
       send_disconnect(s);
     } else {
       free_session(s);
@@ -275,13 +241,20 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   }
   SmErr err = m.err;
   RoutingInfo route = m.routing;
+  if (err == SmErr::kNone && m.max_data_per_pkt != caps_.max_data_per_pkt) {
+    err = SmErr::kPktSizeMismatch;
+  }
   if (err == SmErr::kNone && !transport_->resolve_remote_routing_info(route)) {
     err = SmErr::kInvalidRoutingInfo;
   }
   if (err != SmErr::kNone) {
     RPC_LOG_INFO("session {} to {} rpc {}: connect failed: {}", sn, s.remote_nexus.to_string(),
                  s.remote_rpc_id, to_string(err));
-    s.state = SessionState::kDisconnectInProgress;
+    // The server accepted, but we cannot use the session: end its side.
+    if (m.err == SmErr::kNone) {
+      send_disconnect_for(d.from, m.server_rpc_id, sn, m.server_session_num, m.token);
+    }
+    set_state(s, SessionState::kDisconnecting);
     fail_client_requests(s, Errc::kSessionConnectFailed);
     free_session(s);
     notify(sn, SessionEvent::kConnectFailed, err);
@@ -290,9 +263,11 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   s.remote_num = m.server_session_num;
   s.remote_incarnation = m.incarnation;
   s.remote_route = route;
+  s.route_resolved = true;
   s.remote_src_key = transport_->src_key_of(route);
-  s.state = SessionState::kConnected;
+  set_state(s, SessionState::kConnected);
   stats_.sessions_created++;
+  now_ns_ = now_ns();
   for (ClientSlot& slot : s.cslots) {
     if (s.backlog.empty()) break;
     if (slot.active) continue;
@@ -308,17 +283,13 @@ void RpcImpl::handle_disconnect_req(const SmDelivery& d) {
   const SessionNum sn = m.server_session_num;
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   // Only the client that owns the session may end it.
-  if (s == nullptr || s->is_client() || s->zombie || !(s->remote_nexus == d.from) ||
+  if (s == nullptr || s->is_client() || !s->is_connected() || !(s->remote_nexus == d.from) ||
       s->remote_rpc_id != m.client_rpc_id || s->remote_num != m.client_session_num ||
       s->sm_token != m.token) {
     return send_sm_resp(m, d.from, SmErr::kInvalidSession, sn);
   }
   send_sm_resp(m, d.from, SmErr::kNone, sn);
-  if (s->pending_handlers > 0) {
-    s->zombie = true;  // freed when the last deferred response arrives
-    return;
-  }
-  free_session(*s);
+  end_server_session(*s);
 }
 
 void RpcImpl::handle_disconnect_resp(const SmDelivery& d) {
@@ -326,11 +297,32 @@ void RpcImpl::handle_disconnect_resp(const SmDelivery& d) {
   const SessionNum sn = m.client_session_num;
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) return;
   Session& s = *sessions_[sn];
-  if (!s.is_client() || s.sm_token != m.token || s.state != SessionState::kDisconnectInProgress) {
+  if (!s.is_client() || s.sm_token != m.token || s.state != SessionState::kDisconnecting) {
     return;
   }
   free_session(s);
   notify(sn, SessionEvent::kDisconnected, SmErr::kNone);
+}
+
+// The server Rpc of one of our sessions was destroyed (its process lives
+// on, so heartbeats would never tell). Only that server may say so: the
+// message must come from its Nexus and name both ends and the token.
+void RpcImpl::handle_session_reset_req(const SmDelivery& d) {
+  const SmMsg& m = d.msg;
+  const SessionNum sn = m.client_session_num;
+  Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  const bool valid = s != nullptr && s->is_client() && s->sm_token == m.token &&
+                     s->remote_nexus == d.from && s->remote_rpc_id == m.server_rpc_id &&
+                     s->remote_num == m.server_session_num &&
+                     (s->is_connected() || s->state == SessionState::kDisconnecting);
+  send_sm_resp(m, d.from, valid ? SmErr::kNone : SmErr::kInvalidSession, m.server_session_num);
+  if (!valid) return;
+  if (s->state == SessionState::kDisconnecting) {  // our disconnect will never be answered
+    free_session(*s);
+    notify(sn, SessionEvent::kDisconnected, SmErr::kRemoteRpcGone);
+    return;
+  }
+  reset_client_session(*s, Errc::kSessionReset, SmErr::kRemoteRpcGone, /*send_disc=*/false);
 }
 
 void RpcImpl::hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation) {
@@ -346,33 +338,26 @@ void RpcImpl::hold_remote(Session& session, const NetAddr& remote, uint64_t inca
 // are left to their own connect timeout.
 void RpcImpl::handle_remote_failure(const NetAddr& remote, uint64_t incarnation) {
   if (incarnation == 0) return;
+  // By index: continuations and callbacks may create sessions (and grow
+  // sessions_) while this runs.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
     Session* s = sessions_[sn].get();
-    if (s == nullptr || !(s->remote_nexus == remote) || s->remote_incarnation != incarnation ||
-        s->zombie) {
+    if (s == nullptr || !(s->remote_nexus == remote) || s->remote_incarnation != incarnation) {
       continue;
     }
-    const auto num = static_cast<SessionNum>(sn);
     if (!s->is_client()) {
+      if (s->state == SessionState::kDraining) continue;
       stats_.sessions_reset++;
-      if (s->pending_handlers > 0) {
-        s->zombie = true;  // freed when its last handler responds
-      } else {
-        free_session(*s);
-      }
+      end_server_session(*s);
       continue;
     }
     if (s->state == SessionState::kConnected) {
-      stats_.sessions_reset++;
       // The server may be alive after all (a link that came back just as
       // the timeout expired): ask it to free its end, or it would keep it
       // until this process dies. Harmless when it is really gone.
-      send_disconnect(*s);
-      s->state = SessionState::kDisconnectInProgress;
-      fail_client_requests(*s, Errc::kSessionReset);
-      free_session(*s);
-      notify(num, SessionEvent::kReset, SmErr::kRemoteFailed);
-    } else if (s->state == SessionState::kDisconnectInProgress && !s->destroy_requested) {
+      reset_client_session(*s, Errc::kSessionReset, SmErr::kRemoteFailed, /*send_disc=*/true);
+    } else if (s->state == SessionState::kDisconnecting) {
+      const auto num = static_cast<SessionNum>(sn);
       free_session(*s);  // its disconnect request would only time out
       notify(num, SessionEvent::kDisconnected, SmErr::kRemoteFailed);
     }

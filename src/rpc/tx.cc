@@ -8,7 +8,7 @@ bool RpcImpl::inject_drop() {
   rng_state_ ^= rng_state_ >> 12;
   rng_state_ ^= rng_state_ << 25;
   rng_state_ ^= rng_state_ >> 27;
-  return rng_state_ * 2685821657736338717ull < drop_threshold_;
+  return drop_threshold_ == UINT64_MAX || rng_state_ * 2685821657736338717ull < drop_threshold_;
 }
 
 void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,

@@ -41,11 +41,40 @@ inline uint64_t first_req_num(uint64_t connect_token) {
 
 enum class SessionRole : uint8_t { kClient, kServer };
 
+// A session's life. Every change goes through RpcImpl::set_state
+// (sm.cc), which refuses transitions not listed in session_transition_ok.
+//
+//   client: kConnecting --> kConnected --> kDisconnecting --> (freed)
+//               |  \                 \--> (freed: reset, timeout, Rpc gone)
+//               |   \--> kConnectingDoomed --> kDisconnecting / (freed)
+//               \--> (freed: connect failed)
+//   server: kConnected --> kDraining --> (freed when no handler holds a slot)
+//               \--> (freed)
 enum class SessionState : uint8_t {
-  kConnectInProgress,
-  kConnected,
-  kDisconnectInProgress,
+  kConnecting,        // client: connect request sent, no answer yet
+  kConnectingDoomed,  // client: destroyed while connecting; ended once the answer arrives
+  kConnected,         // both: requests flow
+  kDisconnecting,     // client: disconnect sent, waiting for its answer
+  kDraining,          // server: ended by the client; freed when its last handler responds
 };
+
+constexpr bool session_transition_ok(SessionState from, SessionState to) {
+  switch (from) {
+    case SessionState::kConnecting:
+      return to == SessionState::kConnected || to == SessionState::kConnectingDoomed ||
+             to == SessionState::kDisconnecting;
+    case SessionState::kConnectingDoomed:
+      return to == SessionState::kDisconnecting;
+    case SessionState::kConnected:
+      return to == SessionState::kDisconnecting || to == SessionState::kDraining;
+    case SessionState::kDisconnecting:
+    case SessionState::kDraining:
+      return false;
+  }
+  return false;
+}
+
+const char* to_string(SessionState state);
 
 struct Session;
 
@@ -72,17 +101,35 @@ struct ClientSlot {
   size_t resp_pkts = 0;  // 0 until response packet 0 arrives
   size_t num_tx = 0;
   size_t num_rx = 0;
-  uint64_t progress_ns = 0;  // last send or accepted receive, for the RTO
-  MsgBuffer bulk_ctrl;       // 16-byte control payload (bulk transports)
+  uint64_t progress_ns = 0;     // last send or accepted receive, for the RTO
+  uint64_t rx_progress_ns = 0;  // start, or last accepted receive: for request_timeout_ms
+  MsgBuffer bulk_ctrl;          // 16-byte control payload (bulk transports)
 };
 
+// A server slot's life; every change goes through RpcImpl::set_slot_state
+// (req.cc), which refuses transitions not listed here.
 enum class ServerSlotState : uint8_t {
-  kIdle,         // no request yet
+  kIdle,         // no request, or the last one was abandoned
   kReceiving,    // multi-packet request arriving
   kBulkReading,  // pulling the request with a one-sided read
   kInHandler,    // handler running or response deferred
   kResponded,    // response cached until the slot's next request
 };
+
+constexpr bool slot_transition_ok(ServerSlotState from, ServerSlotState to) {
+  switch (from) {
+    case ServerSlotState::kIdle:
+    case ServerSlotState::kResponded:
+      return to == ServerSlotState::kReceiving || to == ServerSlotState::kBulkReading ||
+             to == ServerSlotState::kInHandler || to == ServerSlotState::kIdle;
+    case ServerSlotState::kReceiving:
+    case ServerSlotState::kBulkReading:
+      return to == ServerSlotState::kInHandler || to == ServerSlotState::kIdle;
+    case ServerSlotState::kInHandler:
+      return to == ServerSlotState::kResponded;
+  }
+  return false;
+}
 
 struct BulkCtrl {
   uint64_t addr;
@@ -100,11 +147,13 @@ struct ServerSlot {
   // The current request's number; while !has_req, the number expected next.
   uint64_t req_num = 0;
   size_t req_pkts = 0;
-  size_t req_rx = 0;          // request packets received in order
-  MsgBuffer req_buf;          // assembled request (owned when owns_req_buf)
-  MsgBuffer* resp = nullptr;  // response being served: &handle.pre_resp_ or &dyn_resp
-  MsgBuffer dyn_resp;         // a handler-allocated response, freed with the next request
-  MsgBuffer bulk_ctrl;        // 16-byte control payload (bulk transports)
+  size_t req_rx = 0;            // request packets received in order
+  size_t rx_budget_bytes = 0;   // of the session's and Rpc's receive budget, held by req_buf
+  uint64_t rx_progress_ns = 0;  // last request packet accepted (partial-request timeout)
+  MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
+  MsgBuffer* resp = nullptr;    // response being served: &handle.pre_resp_ or &dyn_resp
+  MsgBuffer dyn_resp;           // a handler-allocated response, freed with the next request
+  MsgBuffer bulk_ctrl;          // 16-byte control payload (bulk transports)
   bool resp_bulk = false;
   ReqHandle handle;
   uint8_t status = 0;  // RespStatus of the cached response
@@ -120,7 +169,7 @@ struct BacklogEntry {
 
 struct Session {
   SessionRole role = SessionRole::kClient;
-  SessionState state = SessionState::kConnectInProgress;
+  SessionState state = SessionState::kConnecting;
   SessionNum local_num = kInvalidSessionNum;
   SessionNum remote_num = kInvalidSessionNum;
   RpcId remote_rpc_id = 0;
@@ -130,17 +179,20 @@ struct Session {
   uint64_t sm_token = 0;            // of the connect request that created the session
   uint64_t remote_incarnation = 0;  // of the remote Nexus, learned at connect
   bool holds_remote_ref = false;    // the Nexus watches remote_nexus for us
-  bool destroy_requested = false;   // destroyed while the connect was in flight
+  bool route_resolved = false;      // remote_route holds a transport reference
   size_t credits = kSessionCredits;
   std::array<ClientSlot, kSessionReqWindow> cslots;
   std::array<ServerSlot, kSessionReqWindow> sslots;
   std::deque<BacklogEntry> backlog;  // allocates only when the window is full
   size_t pending_handlers = 0;       // server: handlers not yet responded
-  bool zombie = false;               // server: disconnected, freed when pending_handlers hits 0
+  size_t rx_budget_bytes = 0;        // server: bytes of requests being received or handled
   SessionStats stats;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }
+  bool is_connecting() const {
+    return state == SessionState::kConnecting || state == SessionState::kConnectingDoomed;
+  }
 };
 
 }  // namespace rpc::detail

@@ -78,11 +78,23 @@ struct BulkCompletion {
   bool ok;
 };
 
+// Datagrams a transport dropped before the engine saw them, by reason.
+// Plain counters, updated on the Rpc's thread.
+struct TransportRxDrops {
+  uint64_t oversized = 0;  // longer than our packet size: a peer with another MTU
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
 
+  // Read by the engine into RpcStats::drops.
+  TransportRxDrops rx_drops;
+
   virtual const char* name() const = 0;
+  // What the transport picked where it had a choice (fabric: the libfabric
+  // provider; verbs: the RDMA device); empty where there was none.
+  virtual std::string provider() const { return {}; }
   virtual TransportCaps caps() const = 0;
 
   // --- datagram path ---
@@ -99,7 +111,16 @@ class Transport {
   // --- routing ---
   virtual void fill_local_routing_info(RoutingInfo& out) const = 0;
   // Resolves a peer's routing info in place. False when it is malformed.
+  // Each successful call takes a reference on whatever per-peer state the
+  // transport keeps (address-vector entry, address handle); the caller
+  // gives it back with release_remote_routing_info().
   virtual bool resolve_remote_routing_info(RoutingInfo& info) = 0;
+  // The session that resolved this routing info has ended: drops the
+  // reference its resolve took, and frees the peer's state when no session
+  // uses it any more, so peers that come and go do not grow the transport.
+  // Call once per successful resolve, with the info it resolved; packets
+  // must no longer be sent on that route afterwards.
+  virtual void release_remote_routing_info(const RoutingInfo& resolved) { (void)resolved; }
   // The src_key that packets from the peer with this resolved info carry.
   virtual uint64_t src_key_of(const RoutingInfo& resolved) const = 0;
 

@@ -24,7 +24,8 @@ enum class PktType : uint8_t {
 // Status carried by response packets.
 enum class RespStatus : uint8_t {
   kOk = 0,
-  kNoHandler = 1,  // the server has no handler for req_type
+  kNoHandler = 1,      // the server has no handler for req_type
+  kHandlerFailed = 2,  // the handler threw before responding
 };
 
 inline constexpr uint8_t kPktMagic = 0xB;

@@ -25,11 +25,13 @@ constexpr size_t kOffIncarnation = 18;
 constexpr size_t kIncarnationBytes = 6;  // 18..23: 48-bit little-endian
 constexpr size_t kOffToken = 24;
 constexpr size_t kOffRouting = 32;
+constexpr size_t kOffMaxDataPerPkt = 80;  // v2
 
 static_assert(kOffToken + 8 == kSmEnvelopeBytes, "the envelope ends with the token");
 static_assert(kOffIncarnation + kIncarnationBytes == kOffToken, "incarnation fills 18..23");
-static_assert(kOffRouting + RoutingInfo::kMaxBytes == kSmMsgBytes,
-              "routing info fills the rest of the message");
+static_assert(kOffRouting + RoutingInfo::kMaxBytes == kOffMaxDataPerPkt,
+              "max_data_per_pkt follows the routing info");
+static_assert(kOffMaxDataPerPkt + 4 == kSmMsgBytes, "max_data_per_pkt ends the message");
 static_assert(kSmMsgBytes <= 0xffff, "length must fit its u16 field");
 
 void put_u16(uint8_t* p, uint16_t v) {
@@ -60,12 +62,11 @@ uint64_t get_u64(const uint8_t* p) {
 }
 
 bool type_ok(uint8_t type) {
-  return type >= static_cast<uint8_t>(SmMsgType::kConnectReq) &&
-         type <= static_cast<uint8_t>(SmMsgType::kHeartbeat);
+  return type >= static_cast<uint8_t>(SmMsgType::kConnectReq) && type <= kSmMsgTypeMax;
 }
 
 bool fields_ok(const uint8_t* p) {
-  if (p[kOffErr] > static_cast<uint8_t>(SmErr::kRemoteFailed)) return false;
+  if (p[kOffErr] > static_cast<uint8_t>(kSmErrMax)) return false;
   if (p[kOffTransport] > static_cast<uint8_t>(TransportKind::kFabric)) return false;
   if (p[kOffRoutingLen] > RoutingInfo::kMaxBytes) return false;
   return true;
@@ -107,6 +108,7 @@ size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
       msg.routing_len < RoutingInfo::kMaxBytes ? msg.routing_len : RoutingInfo::kMaxBytes;
   std::memcpy(p + kOffRouting, msg.routing.bytes.data(), used);
   std::memset(p + kOffRouting + used, 0, RoutingInfo::kMaxBytes - used);
+  put_u32(p + kOffMaxDataPerPkt, msg.max_data_per_pkt);
   return kSmMsgBytes;
 }
 
@@ -144,6 +146,7 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   // Bytes past routing_len carry no meaning; keep the decoded copy canonical.
   out.routing = RoutingInfo{};
   std::memcpy(out.routing.bytes.data(), p + kOffRouting, out.routing_len);
+  out.max_data_per_pkt = get_u32(p + kOffMaxDataPerPkt);
   return SmDecodeStatus::kOk;
 }
 

@@ -16,13 +16,48 @@
 //   16   2   server_session_num
 //   18   6   incarnation         the sender Nexus's incarnation (48 bits): random,
 //                                 drawn at start-up; a new value from the same
-//                                 address means the peer process restarted
+//                                 address means the peer process may have
+//                                 restarted (confirmed by a probe, see below)
 //   24   8   token               unique per request; echoed by the response
+//                                 (kProbeReq/kProbeResp: the probe's nonce)
 //   32  48   routing             sender's datapath routing info
-//   80       (end)
+//   80   4   max_data_per_pkt    sender Rpc's data bytes per packet (v2; 0 where
+//                                 meaningless: heartbeats, probes, refusals)
+//   84       (end)
 //
 // Bytes 0..8 (magic, version, length, type) and the token are the envelope: they keep their place
 // in every version, so a peer can refuse a message of another version by token.
+//
+// Version history: 1 = 80 bytes, types 1..5. 2 = max_data_per_pkt appended,
+// types 6..9 (probes, session reset) added.
+//
+// Routing on the receiving Nexus's SM thread (sm_thread.cc; every message
+// first proves its sender alive, see "Incarnations" below):
+//   kConnectReq, kDisconnectReq  -> the Rpc server_rpc_id (the server end);
+//                                   none: answered kUnknownRpcId by the SM thread
+//   kSessionResetReq             -> the Rpc client_rpc_id (the client end; the
+//                                   server end is gone); none: answered
+//                                   kSessionResetResp kUnknownRpcId
+//   kProbeReq                    -> answered by the SM thread (kProbeResp, same
+//                                   token); never reaches an Rpc
+//   kConnectResp, kDisconnectResp, kSessionResetResp
+//                                -> only if it answers an outstanding request
+//                                   (same token, type and address): to the Rpc
+//                                   client_rpc_id that sent it, or consumed by
+//                                   the SM thread when the SM thread sent it
+//                                   (session resets, disconnects of abandoned
+//                                   connects); otherwise dropped
+//   kProbeResp                   -> consumed by the SM thread if it carries the
+//                                   outstanding nonce of a probe to that address
+//   kHeartbeat                   -> consumed by the SM thread
+// is_request() is true exactly for the types that expect a response, i.e.
+// those sm_response_type() maps.
+//
+// Incarnations: a message from a watched remote that carries an incarnation
+// other than the known one does not, by itself, reset anything (anyone can
+// forge a datagram). The SM thread probes that address with a random nonce;
+// only a kProbeResp echoing the nonce, from that address, with a new
+// incarnation, declares the old process failed.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +70,8 @@
 namespace rpc::detail {
 
 inline constexpr uint32_t kSmMagic = 0x4350524C;  // "LRPC" in byte order
-inline constexpr uint16_t kSmVersion = 1;
-inline constexpr size_t kSmMsgBytes = 80;
+inline constexpr uint16_t kSmVersion = 2;
+inline constexpr size_t kSmMsgBytes = 84;
 inline constexpr size_t kSmEnvelopeBytes = 32;  // magic..token
 inline constexpr uint64_t kIncarnationMask = (1ull << 48) - 1;
 
@@ -45,8 +80,32 @@ enum class SmMsgType : uint8_t {
   kConnectResp = 2,
   kDisconnectReq = 3,
   kDisconnectResp = 4,
-  kHeartbeat = 5,  // one-way "still alive", between Nexuses that share sessions
+  kHeartbeat = 5,         // one-way "still alive", between Nexuses that share sessions
+  kProbeReq = 6,          // "prove your incarnation": token is a random nonce (v2)
+  kProbeResp = 7,         // echoes the nonce, stamped with the responder's incarnation (v2)
+  kSessionResetReq = 8,   // server -> client: the server Rpc is gone, reset the session (v2)
+  kSessionResetResp = 9,  // client -> server Nexus: acknowledged (v2)
 };
+inline constexpr uint8_t kSmMsgTypeMax = 9;
+// The last SmErr this version sends and accepts; the decoder refuses larger.
+inline constexpr SmErr kSmErrMax = SmErr::kOutOfMemory;
+
+// The response type of a request type; `request` must satisfy
+// SmMsg{request}.is_request().
+constexpr SmMsgType sm_response_type(SmMsgType request) {
+  switch (request) {
+    case SmMsgType::kConnectReq:
+      return SmMsgType::kConnectResp;
+    case SmMsgType::kDisconnectReq:
+      return SmMsgType::kDisconnectResp;
+    case SmMsgType::kProbeReq:
+      return SmMsgType::kProbeResp;
+    case SmMsgType::kSessionResetReq:
+      return SmMsgType::kSessionResetResp;
+    default:
+      return SmMsgType::kHeartbeat;  // not a request: no response
+  }
+}
 
 enum class TransportKind : uint8_t {
   kUnknown = 0,
@@ -70,9 +129,17 @@ struct SmMsg {
   uint64_t token = 0;
   uint64_t incarnation = 0;  // set by the sending Nexus
   RoutingInfo routing;
+  uint32_t max_data_per_pkt = 0;  // sender Rpc's data bytes per packet; 0 where meaningless
 
+  // Expects a response (connect, disconnect, session reset, probe).
   bool is_request() const {
-    return type == SmMsgType::kConnectReq || type == SmMsgType::kDisconnectReq;
+    return type == SmMsgType::kConnectReq || type == SmMsgType::kDisconnectReq ||
+           type == SmMsgType::kSessionResetReq || type == SmMsgType::kProbeReq;
+  }
+  // Answers a request.
+  bool is_response() const {
+    return type == SmMsgType::kConnectResp || type == SmMsgType::kDisconnectResp ||
+           type == SmMsgType::kSessionResetResp || type == SmMsgType::kProbeResp;
   }
 };
 

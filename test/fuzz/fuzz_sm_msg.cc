@@ -17,12 +17,15 @@ using namespace rpc::detail;
 
 namespace {
 
+constexpr size_t kOffMaxDataPerPkt = 80;  // v2: after the 48 routing bytes
+
 bool same(const SmMsg& a, const SmMsg& b) {
   return a.type == b.type && a.err == b.err && a.transport == b.transport &&
          a.client_rpc_id == b.client_rpc_id && a.server_rpc_id == b.server_rpc_id &&
          a.routing_len == b.routing_len && a.client_session_num == b.client_session_num &&
          a.server_session_num == b.server_session_num && a.token == b.token &&
-         a.incarnation == b.incarnation && a.routing.bytes == b.routing.bytes;
+         a.incarnation == b.incarnation && a.routing.bytes == b.routing.bytes &&
+         a.max_data_per_pkt == b.max_data_per_pkt;
 }
 
 uint64_t read_le(const uint8_t* p, size_t n) {
@@ -58,21 +61,23 @@ void check_decode(const uint8_t* data, size_t size) {
     return;
   }
   // Accepted: every field in range.
-  FUZZ_CHECK(m.type >= SmMsgType::kConnectReq && m.type <= SmMsgType::kHeartbeat);
-  FUZZ_CHECK(static_cast<uint8_t>(m.err) <= static_cast<uint8_t>(SmErr::kRemoteFailed));
+  FUZZ_CHECK(m.type >= SmMsgType::kConnectReq && static_cast<uint8_t>(m.type) <= kSmMsgTypeMax);
+  FUZZ_CHECK(static_cast<uint8_t>(m.err) <= static_cast<uint8_t>(kSmErrMax));
   FUZZ_CHECK(static_cast<uint8_t>(m.transport) <= static_cast<uint8_t>(TransportKind::kFabric));
   FUZZ_CHECK(m.routing_len <= RoutingInfo::kMaxBytes);
   FUZZ_CHECK(m.incarnation <= kIncarnationMask);
   for (size_t i = m.routing_len; i < RoutingInfo::kMaxBytes; i++) {
     FUZZ_CHECK(m.routing.bytes[i] == 0);  // canonical: unused routing bytes are zero
   }
+  FUZZ_CHECK(m.max_data_per_pkt == read_le(data + kOffMaxDataPerPkt, 4));
   // Re-encoding reproduces the datagram, except routing bytes past
   // routing_len, which go out as zeros.
   std::array<uint8_t, kSmMsgBytes> out{};
   FUZZ_CHECK(encode_sm_msg(m, out) == kSmMsgBytes);
   const size_t meaningful = kSmEnvelopeBytes + m.routing_len;
   FUZZ_CHECK(std::memcmp(out.data(), data, meaningful) == 0);
-  for (size_t i = meaningful; i < kSmMsgBytes; i++) FUZZ_CHECK(out[i] == 0);
+  for (size_t i = meaningful; i < kOffMaxDataPerPkt; i++) FUZZ_CHECK(out[i] == 0);
+  FUZZ_CHECK(std::memcmp(out.data() + kOffMaxDataPerPkt, data + kOffMaxDataPerPkt, 4) == 0);
   // ... and decodes to the same message.
   SmMsg again;
   FUZZ_CHECK(decode_sm_msg(out, again) == SmDecodeStatus::kOk);
@@ -81,7 +86,7 @@ void check_decode(const uint8_t* data, size_t size) {
 
 // The input's first bytes as the fields of a message to send.
 void check_encode(const uint8_t* data, size_t size) {
-  std::array<uint8_t, 8 + 2 + 2 + 8 + 8 + RoutingInfo::kMaxBytes> in{};
+  std::array<uint8_t, 8 + 2 + 2 + 8 + 8 + RoutingInfo::kMaxBytes + 4> in{};
   std::memcpy(in.data(), data, std::min(size, in.size()));
   SmMsg m;
   m.type = static_cast<SmMsgType>(in[0]);
@@ -95,13 +100,15 @@ void check_encode(const uint8_t* data, size_t size) {
   m.token = read_le(&in[12], 8);
   m.incarnation = read_le(&in[20], 8);
   std::memcpy(m.routing.bytes.data(), &in[28], RoutingInfo::kMaxBytes);
+  m.max_data_per_pkt = static_cast<uint32_t>(read_le(&in[28 + RoutingInfo::kMaxBytes], 4));
 
   std::array<uint8_t, kSmMsgBytes> out{};
   FUZZ_CHECK(encode_sm_msg(m, out) == kSmMsgBytes);
   SmMsg back;
   const SmDecodeStatus status = decode_sm_msg(out, back);
-  const bool type_ok = in[0] >= 1 && in[0] <= 5;
-  const bool fields_ok = in[1] <= 9 && in[2] <= 4 && in[5] <= RoutingInfo::kMaxBytes;
+  const bool type_ok = in[0] >= 1 && in[0] <= kSmMsgTypeMax;
+  const bool fields_ok =
+      in[1] <= static_cast<uint8_t>(kSmErrMax) && in[2] <= 4 && in[5] <= RoutingInfo::kMaxBytes;
   if (!type_ok) {
     FUZZ_CHECK(status == SmDecodeStatus::kBadType);
     return;

@@ -17,16 +17,19 @@ def pkt_hdr(ptype, req_type, msg_size, session, pkt_num, req_num, bulk=0, status
     return struct.pack('<QQ', w0, w1)
 
 
-SM_MAGIC, SM_VERSION, SM_BYTES = 0x4350524C, 1, 80
+SM_MAGIC, SM_VERSION, SM_BYTES = 0x4350524C, 2, 84
 
 
 def sm_msg(mtype, err=0, transport=1, client_rpc=0, server_rpc=1, routing=b'',
            client_sn=0, server_sn=0xFFFF, incarnation=0x123456789A, token=0x1122334455667788,
-           version=SM_VERSION, length=SM_BYTES):
+           version=SM_VERSION, length=SM_BYTES, max_data_per_pkt=0):
     head = struct.pack('<IHHBBBBBBHH', SM_MAGIC, version, length, mtype, err, transport,
                        client_rpc, server_rpc, len(routing), client_sn, server_sn)
     inc = (incarnation & ((1 << 48) - 1)).to_bytes(6, 'little')
-    return head + inc + struct.pack('<Q', token) + routing.ljust(48, b'\0')
+    body = head + inc + struct.pack('<Q', token) + routing.ljust(48, b'\0')
+    if version >= 2:  # v2 appends the sender's data bytes per packet
+        body += struct.pack('<I', max_data_per_pkt)
+    return body
 
 
 def udp_routing(ip=(127, 0, 0, 1), port=40000):
@@ -55,12 +58,20 @@ def main():
 
     # fuzz_sm_msg: one datagram each.
     t = 'fuzz_sm_msg'
-    write(t, 'connect_req', sm_msg(1, routing=udp_routing()))
-    write(t, 'connect_resp', sm_msg(2, routing=udp_routing(port=40001), server_sn=3))
+    write(t, 'connect_req', sm_msg(1, routing=udp_routing(), max_data_per_pkt=1456))
+    write(t, 'connect_resp', sm_msg(2, routing=udp_routing(port=40001), server_sn=3,
+                                    max_data_per_pkt=1456))
     write(t, 'connect_refused', sm_msg(2, err=3))
+    write(t, 'connect_refused_pkt_size', sm_msg(2, err=10))
     write(t, 'disconnect_req', sm_msg(3, client_sn=1, server_sn=3))
     write(t, 'heartbeat', sm_msg(5, transport=0, client_rpc=0, server_rpc=0))
-    write(t, 'other_version', sm_msg(1, version=2)[:32])
+    write(t, 'probe_req', sm_msg(6, transport=0, server_rpc=0, client_sn=0xFFFF, token=0x0BADC0FFEE))
+    write(t, 'probe_resp', sm_msg(7, transport=0, server_rpc=0, client_sn=0xFFFF, token=0x0BADC0FFEE))
+    write(t, 'session_reset_req', sm_msg(8, err=11, client_sn=1, server_sn=3))
+    write(t, 'session_reset_resp', sm_msg(9, client_sn=1, server_sn=3))
+    # A version-1 peer: its 80-byte connect request, and the envelope alone.
+    write(t, 'other_version', sm_msg(1, version=1, length=80)[:32])
+    write(t, 'v1_connect_req', sm_msg(1, routing=udp_routing(), version=1, length=80))
 
     # fuzz_engine_rx: [echo_sel][b_sel] then datagrams [mode][len][bytes]
     # (mode bits are documented in fuzz_engine_rx.cc).

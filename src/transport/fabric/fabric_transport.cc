@@ -2,6 +2,7 @@
 #include "transport/fabric/fabric_transport.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
@@ -55,6 +56,27 @@ fi_info* make_hints(const std::string& provider, size_t rx_ring_size, bool want_
   return hints;
 }
 
+// The providers that offer an RDM endpoint here, in libfabric's order of
+// preference, for error messages and the log ("tcp;ofi_rxm, shm").
+std::string rdm_providers() {
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) return "(unknown)";
+  hints->ep_attr->type = FI_EP_RDM;
+  fi_info* list = nullptr;
+  const int rc = fi_getinfo(kFabricApiVersion, nullptr, nullptr, 0, hints, &list);
+  fi_freeinfo(hints);
+  if (rc != 0) return "none";
+  std::vector<std::string> names;
+  for (const fi_info* i = list; i != nullptr; i = i->next) {
+    const char* name = i->fabric_attr != nullptr ? i->fabric_attr->prov_name : nullptr;
+    if (name != nullptr && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.emplace_back(name);
+    }
+  }
+  fi_freeinfo(list);
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+}
+
 }  // namespace
 
 FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bind_ip) {
@@ -87,12 +109,17 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       }
     }
     if (info_ == nullptr) {
-      fail(fmt::format("no RDM endpoint from provider '{}' ({})",
+      fail(fmt::format("no RDM endpoint from provider '{}' ({}); providers with RDM endpoints "
+                       "here: {}",
                        config.fabric_provider.empty() ? "any" : config.fabric_provider,
-                       fi_error(last_rc)),
+                       fi_error(last_rc), rdm_providers()),
            ENODEV);
     }
     provider_ = info_->fabric_attr->prov_name;
+    if (config.fabric_provider.empty()) {
+      RPC_LOG_INFO("fabric transport: no fabric_provider configured; picked {} (available: {})",
+                   provider_, rdm_providers());
+    }
     // shm (libfabric 1.17) reports a sender it has no address-vector
     // entry for as fi_addr 0 instead of FI_ADDR_NOTAVAIL, i.e. as whichever
     // peer was inserted first (test_fabric.cc, "never resolved"), so its
@@ -409,11 +436,46 @@ bool FabricTransport::resolve_remote_routing_info(RoutingInfo& info) {
       RPC_LOG_INFO("fabric transport: a peer's address was refused by the address vector");
       return false;
     }
-    it = av_entries_.emplace(std::move(key), addr).first;
+    it = av_entries_.emplace(std::move(key), AvEntry{addr, 0}).first;
   }
-  f.fi_addr = it->second;
+  it->second.refs++;
+  f.fi_addr = it->second.addr;
   std::memcpy(info.bytes.data(), &f, sizeof(f));
   return true;
+}
+
+void FabricTransport::release_remote_routing_info(const RoutingInfo& resolved) {
+  const FabricRoutingInfo f = fabric_info_of(resolved);
+  if (f.magic != kFabricRoutingMagic || f.addr_len == 0 || f.addr_len > sizeof(f.addr)) return;
+  auto it = av_entries_.find(std::string(reinterpret_cast<const char*>(f.addr), f.addr_len));
+  if (it == av_entries_.end() || it->second.addr != f.fi_addr) {
+    RPC_LOG_WARN("fabric transport: released routing info that was never resolved");
+    return;
+  }
+  if (--it->second.refs > 0) return;
+  // The last session to this peer is gone. Sends still queued for it would
+  // otherwise go to whichever peer the address vector gives its slot next.
+  const fi_addr_t addr = it->second.addr;
+  drop_pending_to(addr);
+  fi_addr_t to_remove = addr;
+  const int rc = fi_av_remove(av_, &to_remove, 1, 0);
+  if (rc != 0) RPC_LOG_WARN("fabric transport: fi_av_remove: {}", fi_error(rc));
+  av_entries_.erase(it);
+}
+
+void FabricTransport::drop_pending_to(fi_addr_t dest) {
+  // Compacts the FIFO in place, keeping the order of what stays.
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_count_; i++) {
+    const PendingSend& p = pending_[(pending_head_ + i) % kMaxPending];
+    if (p.dest == dest) {
+      tx_dropped_++;
+      continue;
+    }
+    if (kept != i) pending_[(pending_head_ + kept) % kMaxPending] = p;
+    kept++;
+  }
+  pending_count_ = kept;
 }
 
 uint64_t FabricTransport::src_key_of(const RoutingInfo& resolved) const {

@@ -56,6 +56,7 @@ class FabricTransport final : public Transport {
   void post_recvs(size_t n) override;
   void fill_local_routing_info(RoutingInfo& out) const override;
   bool resolve_remote_routing_info(RoutingInfo& info) override;
+  void release_remote_routing_info(const RoutingInfo& resolved) override;
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
@@ -63,11 +64,15 @@ class FabricTransport final : public Transport {
   bool post_write(const BulkOp& op) override { return post_rma(op, /*write=*/true); }
   size_t poll_bulk(std::span<BulkCompletion> out) override;
 
+  std::string provider() const override { return provider_; }
   const std::string& provider_name() const { return provider_; }
   // True when the provider reports each message's source (FI_SOURCE), so
   // the engine can check that a session's packets come from its peer.
   bool knows_sources() const { return has_source_; }
   uint64_t tx_dropped() const { return tx_dropped_; }
+  // Address-vector entries held for peers (one per remote endpoint that
+  // some resolved, not yet released routing info names).
+  size_t num_remote_entries() const { return av_entries_.size(); }
 
   static constexpr size_t kMaxBatch = 32;
 
@@ -152,7 +157,14 @@ class FabricTransport final : public Transport {
   uint64_t next_requested_key_ = 1;
   // One address-vector entry per remote endpoint name: sessions to the
   // same peer share it, so the source libfabric reports matches them all.
-  std::map<std::string, fi_addr_t> av_entries_;
+  // Counted: removed from the address vector when the last session to
+  // the peer releases it.
+  struct AvEntry {
+    fi_addr_t addr;
+    size_t refs;
+  };
+  std::map<std::string, AvEntry> av_entries_;
+  void drop_pending_to(fi_addr_t dest);
 };
 
 }  // namespace rpc::detail

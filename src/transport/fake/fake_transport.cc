@@ -253,8 +253,20 @@ void FakeTransport::fill_local_routing_info(RoutingInfo& out) const {
 
 bool FakeTransport::resolve_remote_routing_info(RoutingInfo& info) {
   // Already in its resolved form: the endpoint id is the address.
-  return read_u32(info, kRoutingMagicOffset) == kRoutingMagic &&
-         read_u32(info, kRoutingEndpointOffset) != 0;
+  const bool ok = read_u32(info, kRoutingMagicOffset) == kRoutingMagic &&
+                  read_u32(info, kRoutingEndpointOffset) != 0;
+  if (ok) live_resolutions_++;
+  return ok;
+}
+
+void FakeTransport::release_remote_routing_info(const RoutingInfo& resolved) {
+  const bool valid = read_u32(resolved, kRoutingMagicOffset) == kRoutingMagic &&
+                     read_u32(resolved, kRoutingEndpointOffset) != 0;
+  if (!valid || live_resolutions_ == 0) {
+    unmatched_releases_++;
+    return;
+  }
+  live_resolutions_--;
 }
 
 uint64_t FakeTransport::src_key_of(const RoutingInfo& resolved) const {

@@ -93,6 +93,7 @@ class FakeTransport final : public Transport {
   void post_recvs(size_t n) override;
   void fill_local_routing_info(RoutingInfo& out) const override;
   bool resolve_remote_routing_info(RoutingInfo& info) override;
+  void release_remote_routing_info(const RoutingInfo& resolved) override;
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
@@ -101,6 +102,10 @@ class FakeTransport final : public Transport {
   size_t poll_bulk(std::span<BulkCompletion> out) override;
 
   uint32_t endpoint() const { return endpoint_; }
+  // Successful resolves not yet released, and releases without a matching
+  // resolve: tests check that every session gives back what it took.
+  size_t live_resolutions() const { return live_resolutions_; }
+  size_t unmatched_releases() const { return unmatched_releases_; }
 
  private:
   TransportCaps caps_;
@@ -111,6 +116,8 @@ class FakeTransport final : public Transport {
   size_t ring_in_use_ = 0;  // handed out, not yet returned
   std::vector<FakePacket> scratch_;
   std::vector<BulkCompletion> bulk_done_;
+  size_t live_resolutions_ = 0;
+  size_t unmatched_releases_ = 0;
 };
 
 }  // namespace rpc::detail

@@ -204,7 +204,10 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
                                    reinterpret_cast<sockaddr*>(&src), &src_len);
     if (len < 0) return 0;  // EAGAIN: still idle; other errors: treat as loss
     rx_empty_polls_ = 0;
-    if (static_cast<size_t>(len) > pkt_bytes) return 0;  // truncated: dropped (see below)
+    if (static_cast<size_t>(len) > pkt_bytes) {  // truncated: dropped (see below)
+      rx_drops.oversized++;
+      return 0;
+    }
     out[0] = {buf, static_cast<uint32_t>(len), make_src_key(src.sin_addr.s_addr, src.sin_port)};
     ring_head_ = (ring_head_ + 1) % ring_size;
     ring_in_use_++;
@@ -227,7 +230,10 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
   size_t kept = 0;
   for (size_t i = 0; i < static_cast<size_t>(r); i++) {
     msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-    if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+    if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+      rx_drops.oversized++;
+      continue;
+    }
     uint8_t* buf = &ring_mem_[(ring_head_ + kept) * pkt_bytes];
     const sockaddr_in& src_i = ring_src_[ring_head_ + i];
     if (kept != i) {

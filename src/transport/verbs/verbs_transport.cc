@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/log.h"
 #include "wire/pkt_hdr.h"
@@ -201,8 +202,10 @@ VerbsTransport::~VerbsTransport() { cleanup(); }
 void VerbsTransport::cleanup() noexcept {
   if (qp_ != nullptr) ibv_destroy_qp(qp_);
   qp_ = nullptr;
-  for (auto& [key, ah] : ahs_) ibv_destroy_ah(ah);
+  for (auto& [key, entry] : ahs_) ibv_destroy_ah(entry.ah);
   ahs_.clear();
+  for (const RetiredAh& r : retired_ahs_) ibv_destroy_ah(r.ah);
+  retired_ahs_.clear();
   if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
   ring_mr_ = nullptr;
   if (send_cq_ != nullptr) ibv_destroy_cq(send_cq_);
@@ -259,11 +262,26 @@ void VerbsTransport::reap_signaled_send() {
     break;  // our signaled send
   }
   signaled_outstanding_ = false;
+  // Send completions come in order: every send up to the signaled one is done.
+  completed_seq_ = signaled_seq_;
+  if (!retired_ahs_.empty()) destroy_retired_ahs();
+}
+
+void VerbsTransport::destroy_retired_ahs() {
+  const auto now = std::chrono::steady_clock::now();
+  auto done = [&](const RetiredAh& r) {
+    if (r.seq > completed_seq_ && now - r.retired_at < kRetiredAhGrace) return false;
+    ibv_destroy_ah(r.ah);
+    return true;
+  };
+  retired_ahs_.erase(std::remove_if(retired_ahs_.begin(), retired_ahs_.end(), done),
+                     retired_ahs_.end());
 }
 
 void VerbsTransport::tx_burst(std::span<const TxItem> items) {
   while (!items.empty()) {
     const size_t n = std::min(items.size(), kMaxBatch);
+    size_t signaled_index = n;  // none in this burst
     for (size_t i = 0; i < n; i++) {
       const TxItem& item = items[i];
       const VerbsRoutingInfo* route =
@@ -282,6 +300,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
         if (signaled_outstanding_) reap_signaled_send();
         wr.send_flags |= IBV_SEND_SIGNALED;
         signaled_outstanding_ = true;
+        signaled_seq_ = sends_posted_;
+        signaled_index = i;
       }
       wr.wr.ud.ah = route->ah;
       wr.wr.ud.remote_qpn = route->qpn;
@@ -293,6 +313,11 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
       // recovers it.
       tx_errors_++;
       RPC_LOG_WARN("verbs transport: ibv_post_send failed ({})", std::strerror(errno));
+      // A signaled send that was not posted never completes: waiting for
+      // it would hang the next burst.
+      const size_t first_unposted =
+          bad != nullptr ? static_cast<size_t>(bad - send_wrs_.data()) : 0;
+      if (signaled_index < n && signaled_index >= first_unposted) signaled_outstanding_ = false;
     }
     items = items.subspan(n);
   }
@@ -348,6 +373,8 @@ bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
   std::array<uint8_t, 18> key{};
   std::memcpy(key.data(), v.gid, 16);
   std::memcpy(key.data() + 16, &v.lid, 2);
+  // Created here, on the Rpc thread, when a session connects: a few tens
+  // of microseconds on a real NIC (see docs/reliability.md).
   auto it = ahs_.find(key);
   if (it == ahs_.end()) {
     ibv_ah_attr aa{};
@@ -365,11 +392,39 @@ bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
       RPC_LOG_INFO("verbs transport: no address handle for a peer ({})", std::strerror(errno));
       return false;
     }
-    it = ahs_.emplace(key, ah).first;
+    it = ahs_.emplace(key, AhEntry{ah, 0}).first;
   }
-  v.ah = it->second;
+  it->second.refs++;
+  v.ah = it->second.ah;
   std::memcpy(info.bytes.data(), &v, sizeof(v));
   return true;
+}
+
+void VerbsTransport::release_remote_routing_info(const RoutingInfo& resolved) {
+  const VerbsRoutingInfo v = verbs_info_of(resolved);
+  if (v.magic != kVerbsRoutingMagic) return;
+  std::array<uint8_t, 18> key{};
+  std::memcpy(key.data(), v.gid, 16);
+  std::memcpy(key.data() + 16, &v.lid, 2);
+  auto it = ahs_.find(key);
+  if (it == ahs_.end() || it->second.ah != v.ah) {
+    RPC_LOG_WARN("verbs transport: released routing info that was never resolved");
+    return;
+  }
+  if (--it->second.refs > 0) return;
+  ibv_ah* ah = it->second.ah;
+  ahs_.erase(it);
+  if (sends_posted_ == completed_seq_) {
+    ibv_destroy_ah(ah);  // no send can still name it
+    return;
+  }
+  // Sends posted since the last completion we saw may still use it.
+  if (!retired_ahs_.empty()) destroy_retired_ahs();
+  try {
+    retired_ahs_.push_back(RetiredAh{ah, sends_posted_, std::chrono::steady_clock::now()});
+  } catch (const std::bad_alloc&) {
+    ibv_destroy_ah(ah);  // rather than leak it; at worst one datagram fails
+  }
 }
 
 uint64_t VerbsTransport::src_key_of(const RoutingInfo& resolved) const {

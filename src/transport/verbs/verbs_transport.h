@@ -11,6 +11,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -57,6 +58,7 @@ class VerbsTransport final : public Transport {
   void post_recvs(size_t n) override;
   void fill_local_routing_info(RoutingInfo& out) const override;
   bool resolve_remote_routing_info(RoutingInfo& info) override;
+  void release_remote_routing_info(const RoutingInfo& resolved) override;
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
@@ -66,9 +68,14 @@ class VerbsTransport final : public Transport {
   bool post_write(const BulkOp&) override { return false; }
   size_t poll_bulk(std::span<BulkCompletion>) override { return 0; }
 
+  std::string provider() const override { return device_name_; }
   const std::string& device_name() const { return device_name_; }
   // Send completions that reported an error (the datagram was lost).
   uint64_t tx_errors() const { return tx_errors_; }
+  // Address handles held for peers: those some resolved, not yet released
+  // routing info uses, plus released ones waiting for sends still queued
+  // on them.
+  size_t num_remote_entries() const { return ahs_.size() + retired_ahs_.size(); }
 
   static constexpr size_t kMaxBatch = 32;
   static constexpr uint32_t kQkey = 0x11111111;  // every librpc UD QP uses it
@@ -77,6 +84,7 @@ class VerbsTransport final : public Transport {
   void cleanup() noexcept;
   void post_recv_range(size_t first, size_t n);
   void reap_signaled_send();
+  void destroy_retired_ahs();
   uint64_t key_from_grh(const uint8_t* grh) const;
 
   TransportCaps caps_;
@@ -109,10 +117,30 @@ class VerbsTransport final : public Transport {
   std::array<std::array<ibv_sge, 2>, kMaxBatch> send_sges_{};
   uint64_t sends_posted_ = 0;
   bool signaled_outstanding_ = false;
+  uint64_t signaled_seq_ = 0;   // sends_posted_ when the outstanding signaled send went
+  uint64_t completed_seq_ = 0;  // every send up to this one has completed
   uint64_t tx_errors_ = 0;
 
-  // Address handles by remote (GID, LID), kept for the transport's life.
-  std::map<std::array<uint8_t, 18>, ibv_ah*> ahs_;
+  // Address handles by remote (GID, LID), counted: each resolve takes a
+  // reference, each release drops one.
+  struct AhEntry {
+    ibv_ah* ah;
+    size_t refs;
+  };
+  std::map<std::array<uint8_t, 18>, AhEntry> ahs_;
+  // Handles no session uses any more that sends still queued may name (a
+  // provider may read the AH when it processes the send, not when it is
+  // posted; rxe does): destroyed once every send up to `seq` has completed
+  // (seen at the next signaled completion, within 2 * kSignalEvery sends),
+  // or once kRetiredAhGrace has passed (a posted UD send is long done by
+  // then), so churn without traffic cannot pile them up either.
+  struct RetiredAh {
+    ibv_ah* ah;
+    uint64_t seq;
+    std::chrono::steady_clock::time_point retired_at;
+  };
+  static constexpr std::chrono::milliseconds kRetiredAhGrace{100};
+  std::vector<RetiredAh> retired_ahs_;
 };
 
 }  // namespace rpc::detail

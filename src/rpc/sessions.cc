@@ -1,0 +1,186 @@
+// Session lifecycle on the Rpc thread: allocation, the state machine (every
+// transition goes through set_state), ending sessions, failing their
+// requests, and the tombstones of ended server sessions.
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "nexus/nexus_impl.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc::detail {
+
+const char* to_string(SessionState state) {
+  switch (state) {
+    case SessionState::kConnecting:
+      return "connecting";
+    case SessionState::kConnectingDoomed:
+      return "connecting (destroyed)";
+    case SessionState::kConnected:
+      return "connected";
+    case SessionState::kDisconnecting:
+      return "disconnecting";
+    case SessionState::kDraining:
+      return "draining";
+  }
+  return "unknown";
+}
+
+void RpcImpl::set_state(Session& session, SessionState to) {
+  if (!session_transition_ok(session.state, to)) [[unlikely]] {
+    const std::string what =
+        fmt::format("Rpc {}: session {} cannot go from {} to {}", config_.rpc_id, session.local_num,
+                    to_string(session.state), to_string(to));
+    assert_failed("session_transition_ok(from, to)", what.c_str(), __FILE__, __LINE__);
+  }
+  session.state = to;
+}
+
+Session* RpcImpl::alloc_session(SessionRole role) {
+  if (num_sessions_ >= config_.max_sessions) return nullptr;
+  auto s = std::make_unique<Session>();
+  s->role = role;
+  s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
+  bool ok = true;
+  for (size_t i = 0; i < kSessionReqWindow; i++) {
+    ClientSlot& c = s->cslots[i];
+    c.session = s.get();
+    c.index = static_cast<uint8_t>(i);
+    ServerSlot& v = s->sslots[i];
+    v.session = s.get();
+    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
+    if (role == SessionRole::kServer) {
+      ReqHandleAccess::pre_resp(v.handle) = alloc_msg_buffer(caps_.max_data_per_pkt);
+      ok = ok && ReqHandleAccess::pre_resp(v.handle).valid();
+    }
+    if (caps_.bulk) {
+      MsgBuffer& ctrl = role == SessionRole::kServer ? v.bulk_ctrl : c.bulk_ctrl;
+      ctrl = alloc_msg_buffer(sizeof(BulkCtrl));
+      ok = ok && ctrl.valid();
+    }
+  }
+  SessionNum sn;
+  if (free_session_nums_.empty()) {
+    sn = static_cast<SessionNum>(sessions_.size());
+    sessions_.emplace_back();
+  } else {
+    sn = free_session_nums_.back();
+    free_session_nums_.pop_back();
+  }
+  s->local_num = sn;
+  sessions_[sn] = std::move(s);
+  num_sessions_++;
+  if (!ok) {
+    free_session(*sessions_[sn]);
+    return nullptr;
+  }
+  return sessions_[sn].get();
+}
+
+void RpcImpl::free_session(Session& session) {
+  for (ServerSlot& slot : session.sslots) {
+    release_server_slot(slot);
+    free_msg_buffer(ReqHandleAccess::pre_resp(slot.handle));
+    free_msg_buffer(slot.bulk_ctrl);
+  }
+  for (ClientSlot& slot : session.cslots) {
+    free_msg_buffer(slot.bulk_ctrl);
+    if (slot.in_stall_queue) std::erase(stall_queue_, &slot);
+  }
+  if (session.role == SessionRole::kServer) {
+    server_sessions_by_token_.erase(session.sm_token);
+    add_tombstone(session.sm_token);
+  }
+  if (session.holds_remote_ref) nexus_.release_remote(session.remote_nexus);
+  if (session.route_resolved) transport_->release_remote_routing_info(session.remote_route);
+  const SessionNum sn = session.local_num;
+  sessions_[sn].reset();
+  free_session_nums_.push_back(sn);
+  num_sessions_--;
+  stats_.sessions_freed++;
+}
+
+// A connect request replayed (or retransmitted very late) after its session
+// ended must not build the session again: the client is gone or moved on,
+// and nobody would ever end the new one. Bounded: the oldest are forgotten.
+void RpcImpl::add_tombstone(uint64_t token) {
+  if (!tombstones_.insert(token).second) return;
+  tombstone_fifo_.push_back(token);
+  if (tombstone_fifo_.size() > kMaxTombstones) {
+    tombstones_.erase(tombstone_fifo_.front());
+    tombstone_fifo_.pop_front();
+  }
+}
+
+void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
+  if (!config_.session_callback) return;
+  try {
+    config_.session_callback(sn, event, err);
+  } catch (const std::exception& e) {
+    stats_.callback_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: the session callback threw for session {}: {}", config_.rpc_id, sn,
+                  e.what());
+  } catch (...) {
+    stats_.callback_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: the session callback threw for session {}", config_.rpc_id, sn);
+  }
+}
+
+// The one place continuations run. The request's state is final before
+// this is called, so whatever the continuation does (enqueue, destroy the
+// session, throw) cannot make it run again.
+void RpcImpl::run_continuation(Continuation cont, const Completion& completion) noexcept {
+  try {
+    cont(owner_, completion);
+  } catch (const std::exception& e) {
+    stats_.continuation_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: a continuation threw: {}", config_.rpc_id, e.what());
+  } catch (...) {
+    stats_.continuation_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: a continuation threw a non-std exception", config_.rpc_id);
+  }
+}
+
+// REQUIRES: the session no longer accepts requests (not kConnected or
+// kConnecting), so continuations cannot queue on it and client_complete
+// starts nothing from the backlog.
+void RpcImpl::fail_client_requests(Session& session, Errc errc) {
+  RPC_ASSERT(!session.is_connected() && session.state != SessionState::kConnecting,
+             "requests are failed only on a session that no longer accepts them");
+  for (ClientSlot& slot : session.cslots) {
+    if (slot.active) client_complete(slot, errc, 0);
+  }
+  while (!session.backlog.empty()) {
+    const BacklogEntry e = session.backlog.front();
+    session.backlog.pop_front();
+    e.resp->resize(0);
+    session.stats.requests_completed++;
+    stats_.requests_completed++;
+    run_continuation(e.cont, Completion{errc, e.resp, 0, e.tag});
+  }
+}
+
+// Ends a connected client session whose server is gone or unreachable: asks
+// the server to free its end (harmless when it is really gone), fails every
+// outstanding request, frees the session and tells the application.
+void RpcImpl::reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc) {
+  const SessionNum sn = session.local_num;
+  stats_.sessions_reset++;
+  set_state(session, SessionState::kDisconnecting);
+  if (send_disc) send_disconnect(session);
+  fail_client_requests(session, errc);
+  free_session(session);
+  notify(sn, SessionEvent::kReset, why);
+}
+
+// A server session whose client is gone: freed now, or once the handlers
+// that still hold its slots (deferred responses) have responded.
+void RpcImpl::end_server_session(Session& session) {
+  if (session.state == SessionState::kDraining) return;
+  if (session.pending_handlers > 0) {
+    set_state(session, SessionState::kDraining);
+    return;
+  }
+  free_session(session);
+}
+
+}  // namespace rpc::detail

@@ -1,0 +1,529 @@
+// Lifecycle, API misuse and hostile-peer tests of the engine over the
+// `fake` transport (issue 8): every accepted request's continuation runs
+// exactly once, misuse aborts with a message, exceptions at the handler and
+// continuation boundaries, receive budgets, request and partial-request
+// timeouts, session-management floods, replays and refusals.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "death_test.h"
+#include "rpc/rpc_impl.h"
+#include "rpc_impl_test_access.h"
+#include "test_util.h"
+#include "transport/fake/fake_transport.h"
+#include "wire/pkt_hdr.h"
+
+using namespace rpc;
+using namespace rpc::detail;
+using namespace rpc::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr ReqType kThrow = 10;           // throws before responding
+constexpr ReqType kThrowBg = 11;         // the same on a background thread
+constexpr ReqType kDeferForever = 12;    // keeps the handle, never responds
+constexpr ReqType kRespondTwice = 13;    // API misuse
+constexpr ReqType kRespondTwiceBg = 14;  // API misuse on a background thread
+constexpr ReqType kLargeResp = 15;       // answers 20 KiB
+
+ReqHandle* g_deferred = nullptr;
+
+void register_handlers(Nexus& nexus) {
+  REQUIRE(nexus.register_handler(kEcho, echo_into_response));
+  REQUIRE(nexus.register_handler(kThrow, [](ReqHandle&) { throw std::runtime_error("boom"); }));
+  REQUIRE(nexus.register_handler(
+      kThrowBg, [](ReqHandle&) { throw std::runtime_error("bg boom"); }, HandlerMode::kBackground));
+  REQUIRE(nexus.register_handler(kDeferForever, [](ReqHandle& h) { g_deferred = &h; }));
+  REQUIRE(nexus.register_handler(kRespondTwice, [](ReqHandle& h) {
+    h.pre_resp_buffer().resize(0);
+    h.rpc().enqueue_response(h, h.pre_resp_buffer());
+    h.rpc().enqueue_response(h, h.pre_resp_buffer());
+  }));
+  REQUIRE(nexus.register_handler(
+      kRespondTwiceBg,
+      [](ReqHandle& h) {
+        h.pre_resp_buffer().resize(0);
+        h.rpc().enqueue_response(h, h.pre_resp_buffer());
+        h.rpc().enqueue_response(h, h.pre_resp_buffer());
+      },
+      HandlerMode::kBackground));
+  REQUIRE(nexus.register_handler(kLargeResp, [](ReqHandle& h) {
+    MsgBuffer resp = h.rpc().alloc_msg_buffer(20000);
+    fill_pattern(resp, 5);
+    h.rpc().enqueue_response(h, resp);
+  }));
+}
+
+using Event = std::tuple<SessionNum, SessionEvent, SmErr>;
+
+// A client and a server Rpc over `fake` in one thread, on one Nexus.
+struct Pair {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  std::unique_ptr<Rpc> server;
+  std::unique_ptr<Rpc> client;
+  SessionNum sn = kInvalidSessionNum;
+  std::vector<Event> client_events;
+
+  explicit Pair(RpcConfig sc = {}, RpcConfig cc = {}, bool connect = true) {
+    FakeNetwork::instance().reset();
+    g_deferred = nullptr;
+    register_handlers(nexus);
+    sc.rpc_id = 1;
+    sc.transport = "fake";
+    if (sc.mtu_bytes == 1500) sc.mtu_bytes = 256;
+    server = std::make_unique<Rpc>(nexus, sc);
+    cc.rpc_id = 0;
+    cc.transport = "fake";
+    if (cc.mtu_bytes == 1500) cc.mtu_bytes = 256;
+    cc.session_callback = [this](SessionNum s, SessionEvent e, SmErr r) {
+      client_events.emplace_back(s, e, r);
+    };
+    client = std::make_unique<Rpc>(nexus, cc);
+    auto s = client->create_session(nexus.uri(), 1);
+    REQUIRE(s);
+    sn = *s;
+    if (connect) REQUIRE(pump_until([&] { return client->is_connected(sn); }));
+  }
+  ~Pair() {
+    client.reset();
+    server.reset();
+    FakeNetwork::instance().reset();
+  }
+  void pump() {
+    if (client) client->run_event_loop_once();
+    if (server) server->run_event_loop_once();
+  }
+  bool pump_until(const std::function<bool()>& done, std::chrono::seconds limit = 20s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      pump();
+    }
+    return true;
+  }
+  void pump_for(std::chrono::milliseconds d) {
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end) pump();
+  }
+  Session& server_session() {
+    Session* s = RpcImplTestAccess::session(server->impl(), 0);
+    REQUIRE(s != nullptr);
+    return *s;
+  }
+};
+
+// One request with its own buffers; counts its continuation's runs.
+struct Call {
+  MsgBuffer req;
+  MsgBuffer resp;
+  int runs = 0;
+  Errc errc = Errc::kOk;
+  size_t resp_size = 0;
+
+  Call(Rpc& rpc, size_t req_size, size_t resp_max = 0) {
+    req = rpc.alloc_msg_buffer(req_size);
+    resp = rpc.alloc_msg_buffer(resp_max == 0 ? req_size : resp_max);
+    REQUIRE(req.valid());
+    REQUIRE(resp.valid());
+    fill_pattern(req, req_size);
+  }
+  static void done(Rpc&, const Completion& c) {
+    auto* self = static_cast<Call*>(c.tag);
+    self->runs++;
+    self->errc = c.errc;
+    self->resp_size = c.resp_size;
+  }
+  Errc enqueue(Rpc& rpc, SessionNum sn, ReqType type) {
+    return rpc.enqueue_request(sn, type, req, resp, done, this);
+  }
+  void release(Rpc& rpc) {
+    rpc.free_msg_buffer(req);
+    rpc.free_msg_buffer(resp);
+  }
+};
+
+// ---------------------------------------------------------------- hidden
+// Bodies of the death tests: run by run_test_case_in_child, never alone.
+
+TEST_CASE("death: the event loop run from a continuation", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kEcho, call.req, call.resp,
+              [](Rpc& rpc, const Completion&) { rpc.run_event_loop_once(); }, &call) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+TEST_CASE("death: the event loop run from a session callback", "[.]") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  register_handlers(nexus);
+  FakeNetwork::instance().reset();
+  Rpc server(nexus, RpcConfig{.rpc_id = 1, .transport = "fake", .mtu_bytes = 256});
+  Rpc* self = nullptr;
+  Rpc client(nexus, RpcConfig{.rpc_id = 0,
+                              .transport = "fake",
+                              .mtu_bytes = 256,
+                              .session_callback = [&](SessionNum, SessionEvent, SmErr) {
+                                self->run_event_loop_once();
+                              }});
+  self = &client;
+  REQUIRE(client.create_session(nexus.uri(), 1));
+  for (int i = 0; i < 200000; i++) {
+    client.run_event_loop_once();
+    server.run_event_loop_once();
+  }
+}
+
+TEST_CASE("death: a second response", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  REQUIRE(call.enqueue(*p.client, p.sn, kRespondTwice) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+TEST_CASE("death: a second response from a background handler", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  REQUIRE(call.enqueue(*p.client, p.sn, kRespondTwiceBg) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+TEST_CASE("death: a datapath call from another thread", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  std::thread other([&] { (void)call.enqueue(*p.client, p.sn, kEcho); });
+  other.join();
+}
+
+TEST_CASE("death: an Rpc destroyed by its own continuation", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  static Pair* pair = &p;
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kEcho, call.req, call.resp,
+              [](Rpc&, const Completion&) { pair->client.reset(); }, &call) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- lifecycle
+
+TEST_CASE("~Rpc runs the continuation of every queued request exactly once") {
+  // Given 20 requests on one connected session: 8 in the window, 12 queued
+  Pair p;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < 20; i++) {
+    calls.push_back(std::make_unique<Call>(*p.client, 100 + static_cast<size_t>(i)));
+    REQUIRE(calls.back()->enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  }
+  // When the client Rpc is destroyed before they complete
+  p.client.reset();
+  // Expect each continuation to have run exactly once, reporting the destroy
+  for (auto& c : calls) {
+    CHECK(c->runs == 1);
+    CHECK(c->errc == Errc::kSessionDestroyed);
+  }
+  // and the server to have been told (its session is freed)
+  REQUIRE(p.pump_until([&] { return p.server->num_active_sessions() == 0; }));
+}
+
+TEST_CASE("continuations run by ~Rpc cannot queue new requests") {
+  Pair p;
+  static Errc g_second = Errc::kOk;
+  static SessionNum g_sn = 0;
+  static Call* g_extra = nullptr;
+  Call call(*p.client, 16);
+  Call extra(*p.client, 16);
+  g_sn = p.sn;
+  g_extra = &extra;
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kDeferForever, call.req, call.resp,
+              [](Rpc& rpc, const Completion&) { g_second = g_extra->enqueue(rpc, g_sn, kEcho); },
+              &call) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return g_deferred != nullptr; }));
+  p.client.reset();
+  CHECK(g_second == Errc::kInvalidSession);
+  CHECK(extra.runs == 0);
+}
+
+TEST_CASE("misuse of the API aborts with a message that says what was wrong"){SECTION(
+    "the event loop run from inside a continuation"){
+    const ChildEnd end = run_test_case_in_child("death: the event loop run from a continuation");
+CHECK(end.aborted());
+CHECK_THAT(end.stderr_text, Catch::Contains("not re-entrant"));
+}
+SECTION("the event loop run from inside a session callback") {
+  const ChildEnd end = run_test_case_in_child("death: the event loop run from a session callback");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("not re-entrant"));
+}
+SECTION("a second enqueue_response for one request") {
+  const ChildEnd end = run_test_case_in_child("death: a second response");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("not waiting for a response"));
+}
+SECTION("a second enqueue_response from a background handler") {
+  const ChildEnd end = run_test_case_in_child("death: a second response from a background handler");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("enqueue_response called twice"));
+}
+SECTION("an Rpc destroyed from inside its own continuation") {
+  const ChildEnd end = run_test_case_in_child("death: an Rpc destroyed by its own continuation");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("destroyed from inside its own event loop"));
+}
+#ifndef NDEBUG
+SECTION("a datapath call from a thread that does not own the Rpc") {
+  const ChildEnd end = run_test_case_in_child("death: a datapath call from another thread");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("does not own the Rpc"));
+}
+#endif
+}
+
+// ---------------------------------------------------------------- exceptions
+
+TEST_CASE("a handler that throws fails its request with kHandlerFailed, and the Rpc carries on") {
+  Pair p;
+  for (ReqType type : {kThrow, kThrowBg}) {
+    Call call(*p.client, 64);
+    REQUIRE(call.enqueue(*p.client, p.sn, type) == Errc::kOk);
+    REQUIRE(p.pump_until([&] { return call.runs > 0; }));
+    CHECK(call.runs == 1);
+    CHECK(call.errc == Errc::kHandlerFailed);
+    call.release(*p.client);
+  }
+  // The session still works
+  Call echo(*p.client, 64);
+  REQUIRE(echo.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return echo.runs > 0; }));
+  CHECK(echo.errc == Errc::kOk);
+  CHECK(p.server->stats().handler_exceptions == 2);
+  echo.release(*p.client);
+}
+
+TEST_CASE("a continuation that throws is caught, counted, and the Rpc carries on") {
+  Pair p;
+  Call call(*p.client, 16);
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kEcho, call.req, call.resp,
+              [](Rpc&, const Completion&) { throw std::runtime_error("continuation boom"); },
+              &call) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return p.client->stats().continuation_exceptions == 1; }));
+  Call echo(*p.client, 16);
+  REQUIRE(echo.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return echo.runs > 0; }));
+  CHECK(echo.errc == Errc::kOk);
+}
+
+// ---------------------------------------------------------------- hostile peers
+
+namespace {
+
+// Injects the first packet of a request claiming msg_size bytes, as the
+// client's endpoint would send it, into server session 0's slot `slot`.
+void inject_first_packet(Pair& p, size_t slot, uint32_t msg_size) {
+  Session& s = p.server_session();
+  const size_t dpp = p.server->max_data_per_pkt();
+  const PktHdr hdr = PktHdr::make(PktType::kReq, kEcho, msg_size, 0, 0, s.sslots[slot].req_num);
+  FakePacket pkt;
+  pkt.src = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+  pkt.dst = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  pkt.bytes.resize(kPktHeaderBytes + dpp, 0x5A);
+  hdr.store(pkt.bytes.data());
+  FakeNetwork::instance().send(pkt);
+}
+
+}  // namespace
+
+TEST_CASE("a peer cannot make a server hold more than its receive budget") {
+  // Given a server with an 8 KiB receive budget and a 50 ms partial timeout
+  Pair p(RpcConfig{.partial_request_timeout_ms = 50,
+                   .rx_budget_per_session_bytes = 8192,
+                   .rx_budget_per_rpc_bytes = 8192});
+  // When a peer starts 8 requests of 4 KiB and never finishes them
+  for (size_t i = 0; i < kSessionReqWindow; i++) inject_first_packet(p, i, 4096);
+  for (int i = 0; i < 10; i++) p.server->run_event_loop_once();
+  // Expect two to be held (8 KiB), six dropped and counted
+  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 8192);
+  CHECK(p.server->stats().drops.rx_budget == 6);
+  // and the held ones to be dropped and their memory returned after the timeout
+  REQUIRE(p.pump_until([&] { return p.server->stats().partial_requests_abandoned == 2; }));
+  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+}
+
+TEST_CASE("requests beyond the receive budget wait their turn and complete") {
+  Pair p(RpcConfig{.rx_budget_per_session_bytes = 8192, .rx_budget_per_rpc_bytes = 8192},
+         RpcConfig{.rto_us = 2000});
+  // The first request stalls half received (its packet 1 is lost once), so
+  // the next ones arrive while it holds most of the budget.
+  std::atomic<bool> dropped{false};
+  FakeNetwork::instance().set_filter([&](const FakePacket& pkt) {
+    const PktHdr h = PktHdr::load(pkt.bytes.data());
+    if (h.pkt_type() == PktType::kReq && h.pkt_num() == 1 && !dropped.exchange(true)) {
+      return FakeVerdict::kDrop;
+    }
+    return FakeVerdict::kDeliver;
+  });
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < 4; i++) {
+    calls.push_back(std::make_unique<Call>(*p.client, 6000));
+    REQUIRE(calls.back()->enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  }
+  REQUIRE(p.pump_until([&] {
+    for (auto& c : calls) {
+      if (c->runs == 0) return false;
+    }
+    return true;
+  }));
+  for (auto& c : calls) {
+    CHECK(c->errc == Errc::kOk);
+    CHECK(check_pattern(c->resp, 6000, 6000));
+    c->release(*p.client);
+  }
+  CHECK(p.server->stats().drops.rx_budget > 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+}
+
+TEST_CASE("a connect request replayed after its session ended builds nothing") {
+  Pair p;
+  // The connect request, as the client sent it
+  const Session* cs = RpcImplTestAccess::session(p.client->impl(), p.sn);
+  REQUIRE(cs != nullptr);
+  SmMsg m;
+  m.type = SmMsgType::kConnectReq;
+  m.transport = TransportKind::kFake;
+  m.client_rpc_id = 0;
+  m.server_rpc_id = 1;
+  m.client_session_num = p.sn;
+  m.token = cs->sm_token;
+  m.incarnation = 0x1234;
+  p.client->impl().transport().fill_local_routing_info(m.routing);
+  m.routing_len = RoutingInfo::kMaxBytes;
+  m.max_data_per_pkt = static_cast<uint32_t>(p.client->max_data_per_pkt());
+  const NetAddr client_nexus = p.server_session().remote_nexus;
+  // When the session ends
+  REQUIRE(p.client->destroy_session(p.sn));
+  REQUIRE(p.pump_until([&] { return p.server->num_active_sessions() == 0; }));
+  // and its connect request is replayed
+  RpcImplTestAccess::deliver_sm(p.server->impl(), m, client_nexus);
+  // Expect it refused: no new session
+  CHECK(p.server->num_active_sessions() == 0);
+  CHECK(p.server->stats().sm_replays_refused == 1);
+}
+
+TEST_CASE("a flood of session-management requests to a non-polling Rpc is capped") {
+  Pair p;
+  SmMsg m;
+  m.type = SmMsgType::kConnectReq;
+  m.transport = TransportKind::kUdp;  // refused when finally handled
+  NetAddr from;
+  from.ipv4 = 0x7f000001;
+  from.port = 9;
+  for (uint64_t i = 0; i < 5000; i++) {
+    m.token = i + 1;
+    p.server->impl().sm_deliver(m, from);
+  }
+  p.server->run_event_loop_once();
+  CHECK(p.server->stats().sm_requests_dropped == 5000 - kMaxQueuedSmRequests);
+  CHECK(p.server->stats().sm_refused == kMaxQueuedSmRequests);
+}
+
+TEST_CASE("a destroyed server Rpc resets its clients' sessions, saying why") {
+  Pair p;
+  Call call(*p.client, 32);
+  REQUIRE(call.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return g_deferred != nullptr; }));
+  // When the server Rpc goes away while its process (the Nexus) lives
+  p.server.reset();
+  // Expect the client's request to fail and its session to be reset
+  REQUIRE(p.pump_until([&] { return call.runs > 0; }));
+  CHECK(call.runs == 1);
+  CHECK(call.errc == Errc::kSessionReset);
+  REQUIRE(!p.client_events.empty());
+  CHECK(p.client_events.back() == Event{p.sn, SessionEvent::kReset, SmErr::kRemoteRpcGone});
+  CHECK(p.client->num_active_sessions() == 0);
+}
+
+TEST_CASE("a request that hears nothing for request_timeout_ms fails with kTimedOut") {
+  Pair p({}, RpcConfig{.request_timeout_ms = 100});
+  Call stuck(*p.client, 32);
+  Call queued(*p.client, 32);
+  REQUIRE(stuck.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  REQUIRE(queued.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return stuck.runs > 0; }));
+  CHECK(stuck.errc == Errc::kTimedOut);
+  CHECK(p.client->stats().requests_timed_out == 1);
+  CHECK(p.client_events.back() == Event{p.sn, SessionEvent::kReset, SmErr::kRequestTimeout});
+  // The server's end goes once its handler responds
+  REQUIRE(p.pump_until([&] { return p.server_session().state == SessionState::kDraining; }));
+  MsgBuffer& pre = g_deferred->pre_resp_buffer();
+  pre.resize(0);
+  p.server->enqueue_response(*g_deferred, pre);
+  CHECK(p.server->num_active_sessions() == 0);
+}
+
+TEST_CASE("Rpcs with different packet sizes refuse to connect, and say so") {
+  Pair p(RpcConfig{.mtu_bytes = 512}, RpcConfig{.mtu_bytes = 256}, /*connect=*/false);
+  REQUIRE(p.pump_until([&] { return !p.client_events.empty(); }));
+  CHECK(p.client_events[0] == Event{p.sn, SessionEvent::kConnectFailed, SmErr::kPktSizeMismatch});
+  CHECK(p.server->num_active_sessions() == 0);
+}
+
+TEST_CASE("drop_tx_fraction 1.0 drops every packet") {
+  Pair p({}, RpcConfig{.drop_tx_fraction = 1.0});
+  Call call(*p.client, 32);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  p.pump_for(30ms);
+  CHECK(p.client->stats().tx_pkts > 0);
+  CHECK(p.client->stats().tx_dropped_injected == p.client->stats().tx_pkts);
+  CHECK(p.server->stats().rx_pkts == 0);
+}
+
+TEST_CASE("a failed bulk read of a response is retried without touching the credits") {
+  // Given responses large enough for the bulk path, and the first response
+  // control packet corrupted so that its read fails
+  Pair p;
+  std::atomic<int> corrupted{0};
+  std::vector<FakePacket> to_inject;
+  std::mutex mu;
+  FakeNetwork::instance().set_filter([&](const FakePacket& pkt) {
+    const PktHdr h = PktHdr::load(pkt.bytes.data());
+    if (h.pkt_type() == PktType::kResp && h.bulk() && corrupted.exchange(1) == 0) {
+      FakePacket bad = pkt;
+      BulkCtrl c;
+      std::memcpy(&c, bad.bytes.data() + kPktHeaderBytes, sizeof(c));
+      c.rkey ^= 0x7777;  // a region that does not exist
+      std::memcpy(bad.bytes.data() + kPktHeaderBytes, &c, sizeof(c));
+      std::lock_guard lock(mu);
+      to_inject.push_back(bad);
+      return FakeVerdict::kDrop;
+    }
+    return FakeVerdict::kDeliver;
+  });
+  Call call(*p.client, 64, 20000);
+  REQUIRE(call.enqueue(*p.client, p.sn, kLargeResp) == Errc::kOk);
+  REQUIRE(p.pump_until([&] {
+    {
+      std::lock_guard lock(mu);
+      for (auto& pkt : to_inject) FakeNetwork::instance().send(pkt);
+      to_inject.clear();
+    }
+    const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
+    REQUIRE(s->credits <= kSessionCredits);
+    return call.runs > 0;
+  }));
+  CHECK(corrupted == 1);
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, 20000, 5));
+  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->credits == kSessionCredits);
+  CHECK(p.client->stats().retransmissions == 0);  // retried at once, not after an RTO
+}
