@@ -38,8 +38,15 @@ inline ChildEnd run_test_case_in_child(const std::string& name) {
   std::string self = "/proc/self/exe";
   std::string arg = name;
   std::vector<char*> argv{self.data(), arg.data(), nullptr};
+  // libinfinipath (pulled in by Debian's libfabric) would otherwise catch
+  // the abort and drop a <exe>.btr backtrace file in the working directory.
+  std::vector<std::string> env_strings{"IPATH_NO_BACKTRACE=1", "HFI_NO_BACKTRACE=1"};
+  std::vector<char*> env;
+  for (auto& e : env_strings) env.push_back(e.data());
+  for (char** e = environ; *e != nullptr; e++) env.push_back(*e);
+  env.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(err_pipe[1]);
   if (rc != 0) {

@@ -459,3 +459,24 @@ TEST_CASE("a connect refused by a peer of another version fails at once with kVe
       client, [&] { return ev.has(*sn, SessionEvent::kConnectFailed); }, 3s));
   CHECK(ev.reason(*sn, SessionEvent::kConnectFailed) == SmErr::kVersionMismatch);
 }
+
+TEST_CASE("a connect answered after it timed out is disconnected by the Nexus") {
+  Nexus server_nexus(NexusConfig{.uri = "127.0.0.1:0"});
+  Nexus client_nexus(NexusConfig{.uri = "127.0.0.1:0", .sm_retry_ms = 50, .sm_timeout_ms = 200});
+  // Given a server Rpc that answers only after the client gave up
+  Rpc server(server_nexus, RpcConfig{.rpc_id = 1});
+  SessionEvents ev;
+  Rpc client(client_nexus, RpcConfig{.rpc_id = 0, .session_callback = ev.callback()});
+  auto sn = client.create_session(server_nexus.uri(), 1);
+  REQUIRE(sn);
+  REQUIRE(run_until(
+      client, [&] { return !ev.events.empty(); }, 5s));
+  CHECK(std::get<2>(ev.events[0]) == SmErr::kTimeout);
+  // When the server accepts it late
+  REQUIRE(run_until(
+      server, [&] { return server.num_active_sessions() == 1; }, 5s));
+  // Expect the session it built ended by the client's Nexus
+  CHECK(run_until(
+      server, [&] { return server.num_active_sessions() == 0; }, 5s));
+  CHECK(client_nexus.impl().sm_stats().orphan_disconnects_sent == 1);
+}

@@ -29,8 +29,10 @@ struct NexusConfig {
   uint32_t failure_timeout_ms = 1000;
 };
 
-// Told about connect / connect-failure / disconnect of a session. Runs on
-// the Rpc's thread, inside the event loop.
+// Told about connect / connect-failure / disconnect / reset of a session.
+// Runs on the Rpc's thread, inside the event loop: it must not run the loop
+// itself (aborts). An exception from it is caught, logged and counted in
+// RpcStats::callback_exceptions.
 using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
 
 struct RpcConfig {

@@ -19,7 +19,13 @@ class NexusImpl;
 }
 
 // A request handler. It must eventually call Rpc::enqueue_response() for
-// the handle, inside the handler or later (deferred).
+// the handle, exactly once, inside the handler or later (deferred).
+// Foreground handlers run on the Rpc's thread inside its event loop (they
+// must not run the loop themselves); background ones on a Nexus thread.
+// A handler that throws before responding fails its request: the client's
+// continuation sees Errc::kHandlerFailed, the server counts it in
+// RpcStats::handler_exceptions and carries on. (An exception after the
+// response is only counted.) Captures must outlive every Rpc of the Nexus.
 using ReqHandler = std::function<void(ReqHandle&)>;
 
 class RPC_EXPORT Nexus {
@@ -27,7 +33,8 @@ class RPC_EXPORT Nexus {
   // Binds the session-management socket at config.uri and starts its
   // thread. Throws rpc::Error when the URI is malformed or cannot be bound.
   explicit Nexus(const NexusConfig& config);
-  // REQUIRES: every Rpc created on this Nexus has been destroyed.
+  // REQUIRES: every Rpc created on this Nexus has been destroyed; checked:
+  // otherwise it aborts with a message naming the live Rpcs (every build).
   ~Nexus();
   Nexus(const Nexus&) = delete;
   Nexus& operator=(const Nexus&) = delete;

@@ -4,8 +4,17 @@
 //
 // Threading: an Rpc belongs to the thread that created it. Every method
 // must be called from that thread, except enqueue_response() for handles
-// given to background handlers. Datapath methods are noexcept and do not
-// allocate in the common case.
+// given to background handlers, and alloc/free_msg_buffer() from those
+// handlers. Builds with assertions (NDEBUG not defined: meson's default
+// debugoptimized and debug builds, and every CI build) check the calling
+// thread at the public entry points and abort with a message on a wrong
+// one; release builds do not check. Datapath methods are noexcept and do
+// not allocate in the common case.
+//
+// Misuse fails loudly, in every build: running the event loop from inside
+// itself (a continuation, handler or session callback), a second
+// enqueue_response() for one request, or destroying the Rpc from inside its
+// own event loop aborts the process with a message saying what was wrong.
 #pragma once
 
 #include <chrono>
@@ -37,7 +46,13 @@ struct Completion {
   void* tag;         // the tag given to enqueue_request
 };
 
-// Runs on the Rpc's thread, exactly once per accepted request.
+// Runs on the Rpc's thread, exactly once per accepted request: when the
+// response arrives, the request fails, its session ends, or the Rpc is
+// destroyed (then from ~Rpc). It may enqueue requests, destroy sessions and
+// free buffers, but must not run the event loop (not re-entrant: aborts).
+// It should not throw; if it does, the Rpc catches the exception, logs it,
+// counts it in RpcStats::continuation_exceptions and carries on (the
+// request is complete either way).
 using Continuation = void (*)(Rpc& rpc, const Completion& completion);
 
 class RPC_EXPORT Rpc {
@@ -46,8 +61,12 @@ class RPC_EXPORT Rpc {
   // Nexus under config.rpc_id. Throws rpc::Error when the rpc_id is taken
   // or out of range, or the transport cannot be created.
   Rpc(Nexus& nexus, const RpcConfig& config);
-  // Fails every outstanding request with kSessionDestroyed (continuations
-  // run), tells connected servers, and unregisters from the Nexus.
+  // Fails every outstanding request with kSessionDestroyed (each
+  // continuation runs exactly once, here), tells connected servers (and the
+  // clients of its server sessions, whose sessions are reset with
+  // SmErr::kRemoteRpcGone), and unregisters from the Nexus. Responses
+  // deferred by handlers of this Rpc must not be sent after it is gone.
+  // REQUIRES: not called from inside this Rpc's event loop (aborts).
   ~Rpc();
   Rpc(const Rpc&) = delete;
   Rpc& operator=(const Rpc&) = delete;
@@ -93,10 +112,13 @@ class RPC_EXPORT Rpc {
   // pre_resp_buffer() or a buffer from alloc_msg_buffer(), which the Rpc
   // then owns and frees. Callable from the handler, later (deferred), from
   // a continuation (nested RPC), or from a background thread for handles
-  // given to background handlers.
+  // given to background handlers. Exactly once per request: a second call
+  // for the same request (before the client's next request on that slot
+  // reuses the handle) aborts with a message instead of corrupting state.
   void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
 
-  // Runs the event loop for about `duration`.
+  // Runs the event loop for about `duration`. Not re-entrant: called from
+  // a continuation, handler or session callback it aborts with a message.
   void run_event_loop(std::chrono::microseconds duration) noexcept;
   // One iteration: receive, handle, send, check timeouts.
   void run_event_loop_once() noexcept;

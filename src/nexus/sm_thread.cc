@@ -90,6 +90,15 @@ struct SmThread::State {
   std::array<uint8_t, 2048> rx_buf{};
   asio::ip::udp::endpoint rx_from;
   std::map<PendingKey, Pending> pending;
+  // Connects that timed out, remembered for one more timeout: a server that
+  // accepted one late would otherwise keep a session nobody ends. Bounded.
+  struct TimedOutConnect {
+    SmMsg msg;
+    NetAddr to;
+    Clock::time_point forget_at;
+  };
+  static constexpr size_t kMaxTimedOutConnects = 4096;
+  std::map<uint64_t, TimedOutConnect> timed_out_connects;  // by token
   SmThreadStats stats;
   RemoteWatch remotes;
   // Set on the io thread at shutdown: handlers already queued must not
@@ -234,6 +243,9 @@ struct SmThread::State {
 
   void on_response(const SmMsg& msg, const NetAddr& from) {
     auto it = pending.find({msg.token, request_type_of(msg.type)});
+    if (it == pending.end() && msg.type == SmMsgType::kConnectResp) {
+      return on_late_connect_resp(msg, from);
+    }
     // Only the peer we asked may answer, with the matching type: anything
     // else is a late duplicate or a forgery.
     if (it == pending.end() || !(it->second.to == from) ||
@@ -278,6 +290,28 @@ struct SmThread::State {
     add_pending(m, server, /*owned=*/true);
   }
 
+  // A connect answered after it timed out: if the server accepted it, the
+  // Rpc has already failed the session, so the server's end is ended here.
+  void on_late_connect_resp(const SmMsg& msg, const NetAddr& from) {
+    auto it = timed_out_connects.find(msg.token);
+    if (it == timed_out_connects.end() || !(it->second.to == from) ||
+        msg.client_rpc_id != it->second.msg.client_rpc_id ||
+        msg.client_session_num != it->second.msg.client_session_num) {
+      stats.rx_dropped++;
+      return;
+    }
+    timed_out_connects.erase(it);
+    if (msg.err == SmErr::kNone) disconnect_orphan(msg, from);
+  }
+
+  void remember_timed_out_connect(const Pending& p, Clock::time_point now) {
+    if (p.msg.type != SmMsgType::kConnectReq) return;
+    if (timed_out_connects.size() >= kMaxTimedOutConnects) {
+      timed_out_connects.erase(timed_out_connects.begin());
+    }
+    timed_out_connects[p.msg.token] = TimedOutConnect{p.msg, p.to, now + timeout};
+  }
+
   void abandon_connect(uint64_t token) {
     auto it = pending.find({token, SmMsgType::kConnectReq});
     if (it != pending.end()) it->second.abandoned = true;
@@ -292,6 +326,7 @@ struct SmThread::State {
         const SmMsg resp = response_to(p.msg, SmErr::kTimeout);
         const NetAddr to = p.to;
         const bool deliver = !p.owned && !p.abandoned;
+        remember_timed_out_connect(p, now);
         it = pending.erase(it);
         if (deliver) nexus.deliver_to_rpc(resp.client_rpc_id, resp, to);
         continue;
@@ -303,6 +338,7 @@ struct SmThread::State {
       }
       ++it;
     }
+    std::erase_if(timed_out_connects, [&](const auto& e) { return now >= e.second.forget_at; });
     remotes.on_retry_tick();
   }
 };

@@ -122,6 +122,9 @@ RpcImpl::~RpcImpl() {
   // buffers that the continuations below hand back to the application.
   tx_flush();
   destroying_ = true;  // continuations below can start nothing new
+  // Answers that reached us before we unregistered: a connect accepted by
+  // its server must be disconnected like any connected session below.
+  if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
   // By index: nothing below adds sessions, but free_session may not run
   // until every continuation has.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {

@@ -111,8 +111,9 @@ void RpcImpl::add_tombstone(uint64_t token) {
   }
 }
 
+// No events from ~Rpc: the application is tearing the Rpc down.
 void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
-  if (!config_.session_callback) return;
+  if (!config_.session_callback || destroying_) return;
   try {
     config_.session_callback(sn, event, err);
   } catch (const std::exception& e) {

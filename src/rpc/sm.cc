@@ -267,6 +267,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   s.remote_src_key = transport_->src_key_of(route);
   set_state(s, SessionState::kConnected);
   stats_.sessions_created++;
+  if (destroying_) return;  // ~Rpc disconnects it next; nothing is sent or told
   now_ns_ = now_ns();
   for (ClientSlot& slot : s.cslots) {
     if (s.backlog.empty()) break;
