@@ -527,3 +527,53 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
   CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->credits == kSessionCredits);
   CHECK(p.client->stats().retransmissions == 0);  // retried at once, not after an RTO
 }
+
+TEST_CASE("a request timing out in the scan that rolled back another frees nothing still queued") {
+  // Given two requests to a server whose handler never answers: the older
+  // one in slot 1, a newer one in slot 0 (slot 0 was used and freed first)
+  Pair p({}, RpcConfig{.rto_us = 2000, .request_timeout_ms = 100});
+  Call first(*p.client, 32);
+  REQUIRE(first.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  Call older(*p.client, 32);
+  REQUIRE(older.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return first.runs > 0 && g_deferred != nullptr; }));
+  p.pump_for(50ms);
+  Call newer(*p.client, 32);
+  REQUIRE(newer.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  // When the older one times out in the same scan that rolls the newer one
+  // back (its retransmission queued for the wire)
+  REQUIRE(p.pump_until([&] { return older.runs > 0; }));
+  // Expect both completed once (ASan: no packet sent from the freed session)
+  CHECK(older.errc == Errc::kTimedOut);
+  CHECK(newer.runs == 1);
+  CHECK(newer.errc == Errc::kSessionReset);
+}
+
+TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
+  // Given a server with a 50 ms silence timeout
+  Pair p(RpcConfig{.partial_request_timeout_ms = 50});
+  Session& s = p.server_session();
+  const size_t dpp = p.server->max_data_per_pkt();
+  const uint32_t msg_size = static_cast<uint32_t>(dpp * 10);
+  const uint64_t req_num = s.sslots[0].req_num;
+  auto send_pkt = [&](uint16_t pkt_num) {
+    const PktHdr hdr = PktHdr::make(PktType::kReq, kEcho, msg_size, 0, pkt_num, req_num);
+    FakePacket pkt;
+    pkt.src = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+    pkt.dst = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+    pkt.bytes.resize(kPktHeaderBytes + dpp, 0x5A);
+    hdr.store(pkt.bytes.data());
+    FakeNetwork::instance().send(pkt);
+  };
+  // When a peer sends one packet every 30 ms: never silent for 50 ms, but
+  // far below 10 MB/s
+  for (uint16_t k = 0; k < 9; k++) {
+    send_pkt(k);
+    const auto until = std::chrono::steady_clock::now() + 30ms;
+    while (std::chrono::steady_clock::now() < until) p.server->run_event_loop_once();
+  }
+  // Expect the request dropped and its budget returned before it completes
+  CHECK(p.server->stats().partial_requests_abandoned == 1);
+  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+  CHECK(p.server->stats().handlers_run == 0);
+}

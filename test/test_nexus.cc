@@ -480,3 +480,27 @@ TEST_CASE("a connect answered after it timed out is disconnected by the Nexus") 
       server, [&] { return server.num_active_sessions() == 0; }, 5s));
   CHECK(client_nexus.impl().sm_stats().orphan_disconnects_sent == 1);
 }
+
+TEST_CASE("a connect claiming another incarnation of a known remote builds nothing until probed") {
+  WatchedRemote w;
+  // Given a forged connect from the remote's address with another
+  // incarnation (before the fix it built a session bound to it, which no
+  // failure notice would ever name)
+  SmMsg forged = connect_req(w.remote.port(), w.max_data_per_pkt);
+  forged.token = 0xF00D;
+  forged.client_session_num = 1;
+  forged.incarnation = kNewIncarnation;
+  w.remote.send(w.sm_port, forged);
+  const auto probe = w.remote.recv(SmMsgType::kProbeReq, 2s);
+  REQUIRE(probe.has_value());
+  // Expect it held back while the probe is out
+  CHECK_FALSE(w.remote.recv(SmMsgType::kConnectResp, 200ms).has_value());
+  CHECK(w.stats().rx_disputed == 1);
+  CHECK(w.server.num_active_sessions() == 1);
+  // and, once the real remote denies the incarnation, still nothing built
+  w.answer_probe(*probe, kOldIncarnation, probe->token);
+  REQUIRE(wait_until([&] { return w.stats().incarnation_forgeries == 1; }, 2s));
+  w.remote.send(w.sm_port, forged);
+  CHECK_FALSE(w.remote.recv(SmMsgType::kConnectResp, 200ms).has_value());
+  CHECK(w.server.num_active_sessions() == 1);
+}

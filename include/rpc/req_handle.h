@@ -48,9 +48,11 @@ class RPC_EXPORT ReqHandle {
   MsgBuffer pre_resp_;
   ReqType req_type_ = 0;
   bool is_background_ = false;
-  // Set by the first enqueue_response of a background handler: a second one
-  // is refused (it may come from any thread).
-  std::atomic<bool> bg_responded_{false};
+  // Background handlers: (run number << 1) | responded. Set by the first
+  // enqueue_response of a run, so a second one is refused (it may come from
+  // any thread), and tied to the run, so a late call of an old run cannot
+  // answer the slot's next request.
+  std::atomic<uint64_t> bg_state_{0};
 };
 
 }  // namespace rpc

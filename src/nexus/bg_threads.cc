@@ -35,7 +35,7 @@ void BgThreads::run() {
       work = queue_.front();
       queue_.pop_front();
     }
-    work.rpc->run_background_handler(*work.entry, *work.handle);
+    work.rpc->run_background_handler(*work.entry, *work.handle, work.run);
   }
 }
 

@@ -30,6 +30,7 @@ struct BgWork {
   const HandlerEntry* entry;
   ReqHandle* handle;
   RpcImpl* rpc;
+  uint64_t run;  // the handle's background run number (see ReqHandle::bg_state_)
 };
 
 class NexusImpl {

@@ -31,6 +31,12 @@ void RemoteWatch::release(const NetAddr& addr) {
 // Another incarnation may mean the old process is gone, or may be forged (a
 // datagram's source address proves nothing): only the probe's answer, which
 // a forger off the path cannot read, decides.
+bool RemoteWatch::disputed(const NetAddr& from, uint64_t incarnation) const {
+  auto it = remotes_.find(from.key());
+  return it != remotes_.end() && it->second.incarnation != 0 &&
+         it->second.incarnation != incarnation;
+}
+
 void RemoteWatch::on_message(const NetAddr& from, uint64_t incarnation) {
   auto it = remotes_.find(from.key());
   if (it == remotes_.end()) return;

@@ -40,6 +40,9 @@ class RemoteWatch {
   // probe of that address (unless one is outstanding) and changes nothing
   // else until the probe is answered.
   void on_message(const NetAddr& from, uint64_t incarnation);
+  // True when `from` is watched with a known incarnation other than this
+  // one: until a probe settles it, its requests may be forged.
+  bool disputed(const NetAddr& from, uint64_t incarnation) const;
   // A kProbeResp: decides the remote's incarnation if it echoes the nonce
   // of the probe outstanding to `from`; dropped and counted otherwise.
   void on_probe_resp(const SmMsg& msg, const NetAddr& from);

@@ -1,5 +1,6 @@
 #include "nexus/sm_thread.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -90,8 +91,9 @@ struct SmThread::State {
   std::array<uint8_t, 2048> rx_buf{};
   asio::ip::udp::endpoint rx_from;
   std::map<PendingKey, Pending> pending;
-  // Connects that timed out, remembered for one more timeout: a server that
-  // accepted one late would otherwise keep a session nobody ends. Bounded.
+  // Connects that timed out, remembered for a while (10 timeouts, at least
+  // 10 s): a server that accepted one late would otherwise keep a session
+  // nobody ends. Bounded in number.
   struct TimedOutConnect {
     SmMsg msg;
     NetAddr to;
@@ -187,6 +189,16 @@ struct SmThread::State {
     // The probe's answer is the judge of incarnations, not a trigger.
     if (msg.type == SmMsgType::kProbeResp) return remotes.on_probe_resp(msg, from);
     remotes.on_message(from, msg.incarnation);
+    // A request claiming another incarnation of a process we know at that
+    // address waits for the probe just started: a forger could otherwise
+    // build sessions bound to an incarnation no failure notice ever names.
+    // The real, restarted process retransmits and gets through once the
+    // probe confirms it.
+    if (msg.is_request() && msg.type != SmMsgType::kProbeReq &&
+        remotes.disputed(from, msg.incarnation)) {
+      stats.rx_disputed++;
+      return;
+    }
     switch (msg.type) {
       case SmMsgType::kHeartbeat:
         return;
@@ -309,7 +321,10 @@ struct SmThread::State {
     if (timed_out_connects.size() >= kMaxTimedOutConnects) {
       timed_out_connects.erase(timed_out_connects.begin());
     }
-    timed_out_connects[p.msg.token] = TimedOutConnect{p.msg, p.to, now + timeout};
+    // Long enough for a server that was merely slow (descheduled, its loop
+    // busy), bounded by count above.
+    const auto remember_for = std::max<Clock::duration>(10 * timeout, std::chrono::seconds(10));
+    timed_out_connects[p.msg.token] = TimedOutConnect{p.msg, p.to, now + remember_for};
   }
 
   void abandon_connect(uint64_t token) {

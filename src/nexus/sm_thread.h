@@ -32,6 +32,7 @@ struct SmThreadStats {
   std::atomic<uint64_t> probe_resp_dropped{0};     // wrong nonce, address, or none outstanding
   // Requests the SM thread sends on behalf of an Rpc that no longer exists.
   std::atomic<uint64_t> session_resets_sent{0};
+  std::atomic<uint64_t> rx_disputed{0};              // requests held back: incarnation being probed
   std::atomic<uint64_t> orphan_disconnects_sent{0};  // for connects answered after the Rpc left
 };
 

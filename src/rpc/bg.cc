@@ -9,9 +9,11 @@ namespace rpc::detail {
 void RpcImpl::submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry) {
   (void)session;
   ReqHandleAccess::set_background(slot.handle, true);
-  ReqHandleAccess::bg_responded(slot.handle).store(false, std::memory_order_relaxed);
+  std::atomic<uint64_t>& state = ReqHandleAccess::bg_state(slot.handle);
+  const uint64_t run = (state.load(std::memory_order_relaxed) >> 1) + 1;
+  state.store(run << 1, std::memory_order_release);
   bg_inflight_.fetch_add(1, std::memory_order_acq_rel);
-  nexus_.submit_background(BgWork{&entry, &slot.handle, this});
+  nexus_.submit_background(BgWork{&entry, &slot.handle, this, run});
 }
 
 void RpcImpl::poll_bg_responses() {
@@ -41,12 +43,17 @@ void RpcImpl::poll_bg_responses() {
 
 // On a background thread. An exception is the handler's way of failing:
 // unless it responded first, the client gets kHandlerFailed.
-void RpcImpl::run_background_handler(const HandlerEntry& entry, ReqHandle& handle) noexcept {
+void RpcImpl::run_background_handler(const HandlerEntry& entry, ReqHandle& handle,
+                                     uint64_t run) noexcept {
   try {
     entry.fn(handle);
   } catch (...) {
     handler_exceptions_.fetch_add(1, std::memory_order_relaxed);
-    if (!ReqHandleAccess::bg_responded(handle).exchange(true, std::memory_order_acq_rel)) {
+    // Only if this very run has not responded: after a response the slot
+    // may already hold the next request (another run number).
+    uint64_t unanswered = run << 1;
+    if (ReqHandleAccess::bg_state(handle).compare_exchange_strong(unanswered, unanswered | 1,
+                                                                  std::memory_order_acq_rel)) {
       {
         std::lock_guard lock(bg_mutex_);
         bg_queue_.push_back(BgResponse{&handle, MsgBuffer(), true});

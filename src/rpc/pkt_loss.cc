@@ -39,8 +39,10 @@ bool RpcImpl::scan_client_session(Session& session) {
 
 void RpcImpl::scan_server_session(Session& session) {
   for (ServerSlot& slot : session.sslots) {
-    if (slot.state == ServerSlotState::kReceiving &&
-        now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_) {
+    if (slot.state != ServerSlotState::kReceiving) continue;
+    // Silent too long, or trickling slower than kMinRxBytesPerSec overall.
+    if (now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_ ||
+        now_ns_ >= slot.rx_deadline_ns) {
       abandon_partial_request(slot);
     }
   }
@@ -67,6 +69,7 @@ void RpcImpl::time_out_request(ClientSlot& slot) {
   const SessionNum sn = session.local_num;
   set_state(session, SessionState::kDisconnecting);
   send_disconnect(session);
+  tx_flush();  // a rollback in this scan may have queued packets of this session
   client_complete(slot, Errc::kTimedOut, 0);
   fail_client_requests(session, Errc::kSessionReset);
   free_session(session);

@@ -308,6 +308,8 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   set_slot_state(slot, ServerSlotState::kReceiving);
+  slot.rx_deadline_ns = now_ns_ + partial_request_timeout_ns_ +
+                        uint64_t{msg_size} * 1'000'000'000 / kMinRxBytesPerSec;
   tx_ctrl(session,
           PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0, slot.req_num));
 }

@@ -14,11 +14,14 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   if (handle.is_background()) {
     // Called on a background thread (or any thread): hand it to the Rpc
     // thread. The flag is the one thing every thread may touch.
-    RPC_CHECK_USAGE(
-        !ReqHandleAccess::bg_responded(handle).exchange(true, std::memory_order_acq_rel),
-        "Rpc {}: enqueue_response called twice for one request (a background "
-        "handler's handle)",
-        config_.rpc_id);
+    std::atomic<uint64_t>& state = ReqHandleAccess::bg_state(handle);
+    uint64_t cur = state.load(std::memory_order_acquire);
+    do {
+      RPC_CHECK_USAGE((cur & 1) == 0,
+                      "Rpc {}: enqueue_response called twice for one request (a background "
+                      "handler's handle)",
+                      config_.rpc_id);
+    } while (!state.compare_exchange_weak(cur, cur | 1, std::memory_order_acq_rel));
     {
       std::lock_guard lock(bg_mutex_);
       bg_queue_.push_back(BgResponse{&handle, resp});

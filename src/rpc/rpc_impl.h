@@ -42,7 +42,7 @@ struct ReqHandleAccess {
   static MsgBuffer& pre_resp(ReqHandle& h) { return h.pre_resp_; }
   static void set_req_type(ReqHandle& h, ReqType t) { h.req_type_ = t; }
   static void set_background(ReqHandle& h, bool bg) { h.is_background_ = bg; }
-  static std::atomic<bool>& bg_responded(ReqHandle& h) { return h.bg_responded_; }
+  static std::atomic<uint64_t>& bg_state(ReqHandle& h) { return h.bg_state_; }
 };
 
 // Datapath calls from a thread other than the Rpc's own corrupt its state
@@ -79,6 +79,10 @@ struct BgResponse {
 // Session-management requests from the network waiting for the Rpc thread:
 // more are dropped (the peer retransmits), so a flood cannot grow memory.
 inline constexpr size_t kMaxQueuedSmRequests = 1024;
+// A request received in part must arrive at least this fast overall, or be
+// dropped: a peer trickling packets just inside the silence timeout would
+// otherwise hold its share of the receive budget for as long as it likes.
+inline constexpr uint64_t kMinRxBytesPerSec = 10'000'000;
 // Ended server sessions remembered so that their connect cannot be replayed.
 inline constexpr size_t kMaxTombstones = 4096;
 
@@ -116,7 +120,7 @@ class RpcImpl {
   void bg_handler_done() { bg_inflight_.fetch_sub(1, std::memory_order_acq_rel); }
   // Runs a background handler on the calling (background) thread; an
   // exception fails the request with kHandlerFailed.
-  void run_background_handler(const HandlerEntry& entry, ReqHandle& handle) noexcept;
+  void run_background_handler(const HandlerEntry& entry, ReqHandle& handle, uint64_t run) noexcept;
   void remote_failed(const NetAddr& remote, uint64_t incarnation);
 
  private:

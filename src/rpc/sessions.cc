@@ -77,6 +77,8 @@ Session* RpcImpl::alloc_session(SessionRole role) {
 }
 
 void RpcImpl::free_session(Session& session) {
+  // Packets queued for this session point at its route and its buffers.
+  tx_flush();
   for (ServerSlot& slot : session.sslots) {
     release_server_slot(slot);
     free_msg_buffer(ReqHandleAccess::pre_resp(slot.handle));
@@ -147,6 +149,9 @@ void RpcImpl::run_continuation(Continuation cont, const Completion& completion) 
 void RpcImpl::fail_client_requests(Session& session, Errc errc) {
   RPC_ASSERT(!session.is_connected() && session.state != SessionState::kConnecting,
              "requests are failed only on a session that no longer accepts them");
+  // Queued packets may point into the request buffers the continuations
+  // below hand back to the application.
+  tx_flush();
   for (ClientSlot& slot : session.cslots) {
     if (slot.active) client_complete(slot, errc, 0);
   }

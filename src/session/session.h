@@ -150,6 +150,7 @@ struct ServerSlot {
   size_t req_rx = 0;            // request packets received in order
   size_t rx_budget_bytes = 0;   // of the session's and Rpc's receive budget, held by req_buf
   uint64_t rx_progress_ns = 0;  // last request packet accepted (partial-request timeout)
+  uint64_t rx_deadline_ns = 0;  // the whole request must have arrived by then
   MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
   MsgBuffer* resp = nullptr;    // response being served: &handle.pre_resp_ or &dyn_resp
   MsgBuffer dyn_resp;           // a handler-allocated response, freed with the next request
