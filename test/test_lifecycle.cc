@@ -512,11 +512,13 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
   Call call(*p.client, 64, 20000);
   REQUIRE(call.enqueue(*p.client, p.sn, kLargeResp) == Errc::kOk);
   REQUIRE(p.pump_until([&] {
+    // Sent without holding mu: the filter takes mu under the network's lock.
+    std::vector<FakePacket> now_inject;
     {
       std::lock_guard lock(mu);
-      for (auto& pkt : to_inject) FakeNetwork::instance().send(pkt);
-      to_inject.clear();
+      now_inject.swap(to_inject);
     }
+    for (auto& pkt : now_inject) FakeNetwork::instance().send(pkt);
     const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
     REQUIRE(s->credits <= kSessionCredits);
     return call.runs > 0;
