@@ -240,12 +240,14 @@ bool RpcImpl::alloc_req_buf(Session& session, ServerSlot& slot, size_t size) {
 }
 
 void RpcImpl::free_req_buf(ServerSlot& slot) {
-  if (slot.owns_req_buf) free_msg_buffer(slot.req_buf);
-  slot.owns_req_buf = false;
+  if (slot.owns_req_buf) {  // only owned buffers are charged to the budget
+    free_msg_buffer(slot.req_buf);
+    slot.owns_req_buf = false;
+    slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+    rx_budget_used_bytes_ -= slot.rx_budget_bytes;
+    slot.rx_budget_bytes = 0;
+  }
   slot.req_buf = MsgBuffer();
-  slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
-  rx_budget_used_bytes_ -= slot.rx_budget_bytes;
-  slot.rx_budget_bytes = 0;
 }
 
 void RpcImpl::release_server_slot(ServerSlot& slot) {
