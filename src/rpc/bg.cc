@@ -25,7 +25,6 @@ void RpcImpl::poll_bg_responses() {
   // The handle stays marked background until its slot's next request: a
   // late second call from the handler's thread must still take the checked
   // path above, not this thread's.
-  stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
   for (BgResponse& r : bg_local_) {
     MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(*r.handle);
     if (r.handler_failed) {

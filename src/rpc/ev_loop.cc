@@ -72,7 +72,6 @@ void RpcImpl::poll_sm_queue() {
     sm_queued_requests_ = 0;
     sm_pending_.store(false, std::memory_order_release);
   }
-  stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
   for (const SmDelivery& d : sm_local_) handle_sm(d);
   sm_local_.clear();
 }

@@ -63,17 +63,9 @@ void RpcImpl::rollback(ClientSlot& slot) {
 // slot cannot be reused while the server may still hold the request, so
 // the whole session is reset (its server end asked to go away).
 void RpcImpl::time_out_request(ClientSlot& slot) {
-  Session& session = *slot.session;
   stats_.requests_timed_out++;
-  stats_.sessions_reset++;
-  const SessionNum sn = session.local_num;
-  set_state(session, SessionState::kDisconnecting);
-  send_disconnect(session);
-  tx_flush();  // a rollback in this scan may have queued packets of this session
-  client_complete(slot, Errc::kTimedOut, 0);
-  fail_client_requests(session, Errc::kSessionReset);
-  free_session(session);
-  notify(sn, SessionEvent::kReset, SmErr::kRequestTimeout);
+  reset_client_session(*slot.session, Errc::kSessionReset, SmErr::kRequestTimeout,
+                       /*send_disc=*/true, &slot);
 }
 
 }  // namespace rpc::detail

@@ -354,7 +354,7 @@ void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_typ
 // A handler threw. If it had not responded yet, the client is told with
 // kHandlerFailed (an empty response); either way the Rpc carries on.
 void RpcImpl::handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what) {
-  stats_.handler_exceptions = handler_exceptions_.fetch_add(1, std::memory_order_relaxed) + 1;
+  handler_exceptions_.fetch_add(1, std::memory_order_relaxed);
   RPC_LOG_WARN("Rpc {}: a handler threw: {}", config_.rpc_id, what);
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   if (s == nullptr) return;

@@ -136,9 +136,7 @@ RpcImpl::~RpcImpl() {
     }
     switch (s->state) {
       case SessionState::kConnected:
-        set_state(*s, SessionState::kDisconnecting);
-        fail_client_requests(*s, Errc::kSessionDestroyed);
-        send_disconnect(*s);
+        disconnect_client_session(*s);
         break;
       case SessionState::kConnecting:
         set_state(*s, SessionState::kDisconnecting);

@@ -106,8 +106,12 @@ class RpcImpl {
   void run_event_loop_once() noexcept;
 
   RpcId rpc_id() const { return config_.rpc_id; }
+  // Folds in the counters kept elsewhere (the transport's, and atomics
+  // written by the Nexus and background threads).
   const RpcStats& stats() const {
     stats_.drops.oversized = transport_->rx_drops.oversized;
+    stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
+    stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
     return stats_;
   }
   size_t max_msg_size() const { return max_msg_size_; }
@@ -201,7 +205,9 @@ class RpcImpl {
   void free_session(Session& session);
   void add_tombstone(uint64_t token);
   void fail_client_requests(Session& session, Errc errc);
-  void reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc);
+  void reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc,
+                            ClientSlot* timed_out = nullptr);
+  void disconnect_client_session(Session& session);
   void end_server_session(Session& session);
   void notify(SessionNum sn, SessionEvent event, SmErr err);
   void run_continuation(Continuation cont, const Completion& completion) noexcept;
@@ -223,7 +229,7 @@ class RpcImpl {
   std::unique_ptr<Allocator> allocator_;
   const std::array<HandlerEntry, 256>* handlers_;
   size_t max_msg_size_ = 0;
-  mutable RpcStats stats_;  // mutable: stats() folds in the transport's counters
+  mutable RpcStats stats_;  // mutable: stats() folds in counters kept elsewhere
   uint64_t now_ns_ = 0;
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out

@@ -167,15 +167,31 @@ void RpcImpl::fail_client_requests(Session& session, Errc errc) {
 
 // Ends a connected client session whose server is gone or unreachable: asks
 // the server to free its end (harmless when it is really gone), fails every
-// outstanding request, frees the session and tells the application.
-void RpcImpl::reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc) {
+// outstanding request (timed_out, if given, first with kTimedOut), frees
+// the session and tells the application.
+void RpcImpl::reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc,
+                                   ClientSlot* timed_out) {
   const SessionNum sn = session.local_num;
   stats_.sessions_reset++;
   set_state(session, SessionState::kDisconnecting);
   if (send_disc) send_disconnect(session);
+  if (timed_out != nullptr) {
+    tx_flush();  // a rollback in this scan may have queued packets of this session
+    client_complete(*timed_out, Errc::kTimedOut, 0);
+  }
   fail_client_requests(session, errc);
   free_session(session);
   notify(sn, SessionEvent::kReset, why);
+}
+
+// The application ends a connected client session (destroy_session,
+// ~Rpc): no new requests, the outstanding ones fail, the server is asked
+// to free its end; the answer frees ours.
+void RpcImpl::disconnect_client_session(Session& session) {
+  // State first: continuations run below and must not queue on it again.
+  set_state(session, SessionState::kDisconnecting);
+  fail_client_requests(session, Errc::kSessionDestroyed);
+  send_disconnect(session);
 }
 
 // A server session whose client is gone: freed now, or once the handlers

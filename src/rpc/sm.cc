@@ -77,10 +77,7 @@ Result<bool> RpcImpl::destroy_session(SessionNum sn) {
         fmt::format("destroy_session: session {} is a server session; its client ends it", sn)};
   }
   if (s.state == SessionState::kConnected) {
-    // State first: continuations run below and must not queue on it again.
-    set_state(s, SessionState::kDisconnecting);
-    fail_client_requests(s, Errc::kSessionDestroyed);
-    send_disconnect(s);
+    disconnect_client_session(s);
     return true;
   }
   if (s.state == SessionState::kConnecting) {
