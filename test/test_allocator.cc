@@ -40,7 +40,7 @@ struct FakeRegistrar {
       if (fail) return Failure{"registration refused"};
       const auto lkey = static_cast<uint32_t>(registered.size() + 1);
       registered.push_back({base, len, lkey});
-      return MemReg{lkey, lkey, nullptr};
+      return MemReg{lkey, nullptr};
     };
     auto dereg = [this](const MemReg& r) { deregistered.push_back(r.lkey); };
     return std::make_unique<Allocator>(reg, dereg, thread_safe, large_cache_bytes);

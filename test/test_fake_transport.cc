@@ -299,7 +299,7 @@ TEST_CASE("fake rx_burst drops a packet larger than its ring buffers") {
   CHECK(receive_tags(small) == std::vector<uint8_t>{2});
 }
 
-TEST_CASE("fake bulk read and write copy bytes between registered buffers and report cookies") {
+TEST_CASE("fake bulk reads copy from an exposure when they complete; writes are refused") {
   FakeNetwork::instance().reset();
   FakeTransport client(fake_config());
   FakeTransport server(fake_config());
@@ -312,48 +312,50 @@ TEST_CASE("fake bulk read and write copy bytes between registered buffers and re
   Result<MemReg> local_reg = client.register_memory(local.data(), local.size());
   REQUIRE(remote_reg);
   REQUIRE(local_reg);
-  CHECK(remote_reg->rkey != 0);
-  CHECK(remote_reg->rkey != local_reg->rkey);
+  Exposure exposure;
+  REQUIRE(server.expose_for_read(remote.data() + 100, 64, exposure));
+  CHECK(exposure.active());
+  CHECK(exposure.key != 0);
+  CHECK(exposure.remote_addr == reinterpret_cast<uint64_t>(remote.data() + 100));
 
-  // Given: read remote[100, 164) into local
-  const BulkOp read_op{&route,
-                       local.data(),
-                       local_reg->lkey,
-                       local_reg->desc,
-                       reinterpret_cast<uint64_t>(remote.data() + 100),
-                       remote_reg->rkey,
-                       64,
-                       /*cookie=*/111};
+  // Given: a read of the exposure, held like a DMA not yet done
+  FakeNetwork::instance().set_hold_bulk(true);
+  const BulkOp read_op{
+      &route,        local.data(), local_reg->lkey, local_reg->desc, exposure.remote_addr,
+      exposure.key,  64,
+      /*cookie=*/111};
   REQUIRE(client.post_read(read_op));
-  for (size_t i = 0; i < local.size(); i++) REQUIRE(local[i] == static_cast<uint8_t>(100 + i));
+  std::array<BulkCompletion, 4> done{};
+  CHECK(client.poll_bulk(done) == 0);
+  CHECK(local[0] == 0);  // nothing written before the completion
+  FakeNetwork::instance().set_hold_bulk(false);
 
-  // Given: write local (now 0xee) over remote[0, 32)
-  std::fill(local.begin(), local.end(), 0xee);
+  // Given: a write with the same (live) key
+  std::fill(remote.begin(), remote.end(), 0x11);
   BulkOp write_op = read_op;
-  write_op.remote_addr = reinterpret_cast<uint64_t>(remote.data());
-  write_op.len = 32;
   write_op.cookie = 222;
   REQUIRE(client.post_write(write_op));
-  CHECK(remote[0] == 0xee);
-  CHECK(remote[31] == 0xee);
-  CHECK(remote[32] == 32);
 
-  // Expect: completions in posting order, polled at most out.size() at a time
+  // Expect: the read copied at its completion, the write failed and wrote nothing
   std::array<BulkCompletion, 1> one{};
   REQUIRE(client.poll_bulk(one) == 1);
-  CHECK(one[0].cookie == 111);
-  CHECK(one[0].ok);
-  std::array<BulkCompletion, 4> done{};
+  CHECK(one[0].cookie == 222);
+  CHECK_FALSE(one[0].ok);
   REQUIRE(client.poll_bulk(done) == 1);
-  CHECK(done[0].cookie == 222);
+  CHECK(done[0].cookie == 111);
   CHECK(done[0].ok);
+  CHECK(std::all_of(local.begin(), local.end(), [](uint8_t b) { return b == 0x11; }));
+  CHECK(std::all_of(remote.begin(), remote.end(), [](uint8_t b) { return b == 0x11; }));
   CHECK(client.poll_bulk(done) == 0);
 
+  server.revoke_exposure(exposure);
+  CHECK_FALSE(exposure.active());
+  CHECK(FakeNetwork::instance().num_exposures() == 0);
   server.deregister_memory(*remote_reg);
   client.deregister_memory(*local_reg);
 }
 
-TEST_CASE("fake bulk ops outside the registered region complete with ok false") {
+TEST_CASE("fake bulk reads outside a live exposure complete with ok false") {
   FakeNetwork::instance().reset();
   FakeTransport client(fake_config());
   FakeTransport server(fake_config());
@@ -363,24 +365,27 @@ TEST_CASE("fake bulk ops outside the registered region complete with ok false") 
   std::vector<uint8_t> local(64, 0x22);
   Result<MemReg> remote_reg = server.register_memory(remote.data(), remote.size());
   REQUIRE(remote_reg);
-  const uint64_t base = reinterpret_cast<uint64_t>(remote.data());
+  Exposure exposure;
+  REQUIRE(server.expose_for_read(remote.data(), 64, exposure));
+  const uint64_t base = exposure.remote_addr;
 
-  auto op = [&](uint64_t addr, uint32_t len, uint32_t rkey, uint64_t cookie) {
-    return BulkOp{&route, local.data(), 0, nullptr, addr, rkey, len, cookie};
+  auto op = [&](uint64_t addr, uint32_t len, uint64_t key, uint64_t cookie) {
+    return BulkOp{&route, local.data(), 0, nullptr, addr, key, len, cookie};
   };
-  // Given: a read running past the end, one before the start, a write
-  // with an address that would wrap, one to an unknown rkey, one after
-  // deregistration, and one that exactly fits
-  CHECK(client.post_read(op(base + 100, 64, remote_reg->rkey, 1)));
-  CHECK(client.post_read(op(base - 1, 8, remote_reg->rkey, 2)));
-  CHECK(client.post_write(op(UINT64_MAX - 4, 64, remote_reg->rkey, 3)));
-  CHECK(client.post_read(op(base, 8, remote_reg->rkey + 1000, 4)));
-  CHECK(client.post_read(op(base + 64, 64, remote_reg->rkey, 5)));
-  server.deregister_memory(*remote_reg);
-  CHECK(client.post_read(op(base, 8, remote_reg->rkey, 6)));
-
+  // Given: a read running past the exposure (still inside the registered
+  // region), one before it, one with an address that would wrap, one with
+  // another key, one that exactly fits, and one after the revoke
+  CHECK(client.post_read(op(base + 32, 64, exposure.key, 1)));
+  CHECK(client.post_read(op(base - 1, 8, exposure.key, 2)));
+  CHECK(client.post_read(op(UINT64_MAX - 4, 64, exposure.key, 3)));
+  CHECK(client.post_read(op(base, 8, exposure.key + 1, 4)));
+  CHECK(client.post_read(op(base, 64, exposure.key, 5)));
   std::array<BulkCompletion, 8> done{};
-  REQUIRE(client.poll_bulk(done) == 6);
+  REQUIRE(client.poll_bulk(done) == 5);
+  const uint64_t old_key = exposure.key;
+  server.revoke_exposure(exposure);
+  CHECK(client.post_read(op(base, 8, old_key, 6)));
+  REQUIRE(client.poll_bulk(std::span(done).subspan(5)) == 1);
   for (size_t i = 0; i < 6; i++) {
     INFO("cookie " << done[i].cookie);
     CHECK(done[i].cookie == i + 1);
@@ -389,6 +394,7 @@ TEST_CASE("fake bulk ops outside the registered region complete with ok false") 
   // Expect: the failed ops touched neither buffer; the fitting one copied
   CHECK(std::all_of(remote.begin(), remote.end(), [](uint8_t b) { return b == 0x11; }));
   CHECK(std::all_of(local.begin(), local.end(), [](uint8_t b) { return b == 0x11; }));
+  server.deregister_memory(*remote_reg);
 }
 
 TEST_CASE("fake routing info from another transport or an empty endpoint is rejected") {

@@ -501,7 +501,7 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
       FakePacket bad = pkt;
       BulkCtrl c;
       std::memcpy(&c, bad.bytes.data() + kPktHeaderBytes, sizeof(c));
-      c.rkey ^= 0x7777;  // a region that does not exist
+      c.key ^= 0x7777;  // an exposure that does not exist
       std::memcpy(bad.bytes.data() + kPktHeaderBytes, &c, sizeof(c));
       std::lock_guard lock(mu);
       to_inject.push_back(bad);

@@ -25,7 +25,7 @@ constexpr size_t kDataPerPkt = 256;
 // An allocator whose every region is "registered" with lkey kLkey.
 struct Fixture {
   Allocator allocator{[](void*, size_t) -> Result<MemReg> {
-                        return MemReg{kLkey, kLkey, nullptr};
+                        return MemReg{kLkey, nullptr};
                       },
                       [](const MemReg&) {}, false};
 

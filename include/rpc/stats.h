@@ -33,10 +33,15 @@ struct RpcStats {
   uint64_t rx_pkts = 0;
   uint64_t tx_dropped_injected = 0;  // dropped by drop_tx_fraction
   uint64_t retransmissions = 0;
-  uint64_t requests_completed = 0;  // client side
-  uint64_t handlers_run = 0;        // server side
-  uint64_t duplicate_requests = 0;  // answered from a slot's cache
-  uint64_t bulk_reads = 0;
+  uint64_t requests_completed = 0;   // client side
+  uint64_t handlers_run = 0;         // server side
+  uint64_t duplicate_requests = 0;   // answered from a slot's cache
+  uint64_t bulk_reads = 0;           // one-sided reads posted (large messages)
+  uint64_t bulk_reads_failed = 0;    // completed with an error (the sender retries)
+  uint64_t bulk_reads_orphaned = 0;  // whose reader stopped waiting (request failed,
+                                     // session ended): finished before buffers were reused
+  uint64_t bulk_exposures = 0;       // payloads exposed to a peer for one transfer
+  uint64_t bulk_expose_failed = 0;   // exposures refused: sent as datagrams instead
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
   uint64_t sessions_reset = 0;              // reset because the remote failed

@@ -1,31 +1,136 @@
-// Large messages on transports with one-sided operations: the sender sends
-// one control packet {addr, rkey, len} of its registered buffer and the
-// receiver pulls the payload with a read into its own buffer (rrppcc
-// style). A request's read completing runs the handler; a response's read
-// completing completes the request. The server keeps the response until
-// the slot's next request arrives, which is the acknowledgement.
+// Large messages on transports with one-sided operations: the sender
+// exposes the payload for this one transfer (read-only, under a fresh key)
+// and sends one control packet {addr, key, len}; the receiver pulls the
+// payload with a read into its own buffer (rrppcc style). A request's read
+// completing runs the handler; a response's read completing completes the
+// request. The server keeps the response (and its exposure) until the
+// slot's next request arrives, which is the acknowledgement; the client
+// revokes its request's exposure when the request completes or fails.
+//
+// Reads in flight are fenced: the buffer a read fills stays the engine's
+// until the transport reports the read done (see RpcImpl::BulkRead).
+#include <chrono>
 #include <cstring>
+#include <thread>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
 
 namespace {
 
-constexpr uint64_t kCookieServerBit = 1ull << 47;
+uint64_t make_cookie(uint32_t gen, uint32_t index) { return uint64_t{gen} << 32 | index; }
 
-uint64_t make_cookie(SessionNum sn, bool server, uint64_t req_num) {
-  return uint64_t{sn} << 48 | (server ? kCookieServerBit : 0) | (req_num & kReqNumMask);
-}
+// How long ~Rpc waits for reads still in flight before it makes the
+// transport cancel them.
+constexpr auto kDrainReadsTimeout = std::chrono::seconds(2);
 
 }  // namespace
 
-void RpcImpl::fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload) {
-  const auto* region = MsgBufferAccess::region(payload);
-  const BulkCtrl c{reinterpret_cast<uint64_t>(payload.data()) -
-                       (region != nullptr ? region->reg.remote_addr_base : 0),
-                   region != nullptr ? region->reg.rkey : 0, static_cast<uint32_t>(payload.size())};
+// Exposes payload and writes the control packet naming it. False when the
+// transport refuses (out of resources): the message goes as datagrams.
+bool RpcImpl::expose_payload(MsgBuffer& ctrl, const MsgBuffer& payload, Exposure& exposure) {
+  if (!transport_->expose_for_read(payload.data(), payload.size(), exposure)) {
+    stats_.bulk_expose_failed++;
+    return false;
+  }
+  stats_.bulk_exposures++;
+  const BulkCtrl c{exposure.remote_addr, exposure.key, static_cast<uint32_t>(payload.size()), 0};
   std::memcpy(ctrl.data(), &c, sizeof(c));
+  return true;
+}
+
+uint32_t RpcImpl::post_bulk_read(Session& session, bool server, uint64_t req_num,
+                                 const BulkCtrl& ctrl, MsgBuffer& dst) {
+  uint32_t index;
+  if (!free_bulk_reads_.empty()) {
+    index = free_bulk_reads_.back();
+    free_bulk_reads_.pop_back();
+  } else {
+    // Grows to the most reads ever in flight at once: one per slot plus
+    // orphans, which the receive budget bounds.
+    index = static_cast<uint32_t>(bulk_reads_.size());
+    bulk_reads_.emplace_back();
+  }
+  BulkRead& r = bulk_reads_[index];
+  r.gen++;
+  r.live = true;
+  r.orphaned = false;
+  r.server = server;
+  r.sn = session.local_num;
+  r.req_num = req_num;
+  const BulkOp op{&session.remote_route,
+                  dst.data(),
+                  MsgBufferAccess::lkey(dst),
+                  MsgBufferAccess::region(dst)->reg.desc,
+                  ctrl.addr,
+                  ctrl.key,
+                  ctrl.len,
+                  make_cookie(r.gen, index)};
+  stats_.bulk_reads++;
+  if (!transport_->post_read(op)) {
+    free_bulk_read(index);
+    return kNoBulkRead;
+  }
+  bulk_reads_live_++;
+  return index;
+}
+
+void RpcImpl::free_bulk_read(uint32_t index) {
+  BulkRead& r = bulk_reads_[index];
+  r.live = false;
+  r.orphaned = false;
+  r.buf = MsgBuffer();
+  r.budget_bytes = 0;
+  r.cont = nullptr;
+  free_bulk_reads_.push_back(index);
+}
+
+// The server stops waiting for a request's read (session ended, or the
+// client moved on): the read keeps the buffer, and the Rpc's receive
+// budget stays charged for it, until the transport reports it done.
+void RpcImpl::orphan_server_read(ServerSlot& slot) {
+  BulkRead& r = bulk_reads_[slot.bulk_read];
+  slot.bulk_read = kNoBulkRead;
+  r.orphaned = true;
+  stats_.bulk_reads_orphaned++;
+  r.buf = slot.req_buf;
+  r.budget_bytes = slot.rx_budget_bytes;
+  slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+  slot.rx_budget_bytes = 0;
+  slot.owns_req_buf = false;
+  slot.req_buf = MsgBuffer();
+}
+
+// A request failed while its response was being read into the
+// application's buffer: the continuation waits for the read to finish, so
+// the buffer is never written after the application has it back.
+void RpcImpl::orphan_client_read(ClientSlot& slot, Continuation cont,
+                                 const Completion& completion) {
+  BulkRead& r = bulk_reads_[slot.bulk_read];
+  slot.bulk_read = kNoBulkRead;
+  r.orphaned = true;
+  stats_.bulk_reads_orphaned++;
+  r.cont = cont;
+  r.completion = completion;
+}
+
+void RpcImpl::finish_orphan(uint32_t index) {
+  BulkRead& r = bulk_reads_[index];
+  if (r.server) {
+    MsgBuffer buf = r.buf;
+    rx_budget_used_bytes_ -= r.budget_bytes;
+    free_bulk_read(index);
+    free_msg_buffer(buf);
+    return;
+  }
+  const Continuation cont = r.cont;
+  const Completion completion = r.completion;
+  free_bulk_read(index);
+  if (completion.resp != nullptr) completion.resp->resize(0);
+  run_continuation(cont, completion);
 }
 
 void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
@@ -34,7 +139,7 @@ void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_
   std::memcpy(&c, ctrl_data, sizeof(c));
   // The length to read is the peer's word: it must be the size the header
   // announced and within what this Rpc receives at all.
-  if (c.len != msg_size || c.len > max_msg_size_) {
+  if (c.len != msg_size || c.len > max_msg_size_ || c.reserved != 0) {
     stats_.drops.bad_header++;
     slot.has_req = false;
     return;
@@ -44,16 +149,8 @@ void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_
     return;
   }
   set_slot_state(slot, ServerSlotState::kBulkReading);
-  const BulkOp op{&session.remote_route,
-                  slot.req_buf.data(),
-                  MsgBufferAccess::lkey(slot.req_buf),
-                  MsgBufferAccess::region(slot.req_buf)->reg.desc,
-                  c.addr,
-                  c.rkey,
-                  c.len,
-                  make_cookie(session.local_num, true, slot.req_num)};
-  stats_.bulk_reads++;
-  if (!transport_->post_read(op)) {
+  slot.bulk_read = post_bulk_read(session, true, slot.req_num, c, slot.req_buf);
+  if (slot.bulk_read == kNoBulkRead) {
     release_server_slot(slot);  // the client's RTO resends the control packet
     slot.has_req = false;
     set_slot_state(slot, ServerSlotState::kIdle);
@@ -63,21 +160,14 @@ void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_
 void RpcImpl::client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data) {
   BulkCtrl c;
   std::memcpy(&c, ctrl_data, sizeof(c));
-  if (c.len != slot.resp->size()) {
+  // The header's size was checked against the response buffer; the control
+  // packet must agree with it.
+  if (c.len != slot.resp->size() || c.reserved != 0) {
     client_complete(slot, Errc::kRespBufferTooSmall, 0);
     return;
   }
-  slot.bulk_resp_reading = true;
-  const BulkOp op{&session.remote_route,
-                  slot.resp->data(),
-                  MsgBufferAccess::lkey(*slot.resp),
-                  MsgBufferAccess::region(*slot.resp)->reg.desc,
-                  c.addr,
-                  c.rkey,
-                  c.len,
-                  make_cookie(session.local_num, false, slot.req_num)};
-  stats_.bulk_reads++;
-  if (!transport_->post_read(op)) bulk_resp_read_failed(slot);
+  slot.bulk_read = post_bulk_read(session, false, slot.req_num, c, *slot.resp);
+  if (slot.bulk_read == kNoBulkRead) bulk_resp_read_failed(slot);
 }
 
 // The response's read failed: forget that its control packet arrived and
@@ -85,7 +175,7 @@ void RpcImpl::client_start_bulk_read(Session& session, ClientSlot& slot, const u
 // cache with the control packet. The packet counts move together, so the
 // session's credits stay as they are (taking one back could wrap them at 0).
 void RpcImpl::bulk_resp_read_failed(ClientSlot& slot) {
-  slot.bulk_resp_reading = false;
+  slot.bulk_read = kNoBulkRead;
   slot.num_rx--;
   slot.num_tx--;
   slot.resp_pkts = 0;
@@ -96,15 +186,30 @@ void RpcImpl::poll_bulk() {
   std::array<BulkCompletion, 16> done;
   const size_t n = transport_->poll_bulk(done);
   for (size_t i = 0; i < n; i++) {
-    const uint64_t cookie = done[i].cookie;
-    const auto sn = static_cast<SessionNum>(cookie >> 48);
-    const uint64_t req_num = cookie & kReqNumMask;
-    if (sn >= sessions_.size() || sessions_[sn] == nullptr) continue;  // session gone
-    Session& session = *sessions_[sn];
-    if (!session.is_connected()) continue;  // ending: its slots are being released
-    if ((cookie & kCookieServerBit) != 0) {
+    const auto index = static_cast<uint32_t>(done[i].cookie);
+    const auto gen = static_cast<uint32_t>(done[i].cookie >> 32);
+    if (index >= bulk_reads_.size() || !bulk_reads_[index].live || bulk_reads_[index].gen != gen) {
+      RPC_LOG_WARN("Rpc {}: a one-sided read completed twice or was never posted", config_.rpc_id);
+      continue;
+    }
+    bulk_reads_live_--;
+    if (!done[i].ok) stats_.bulk_reads_failed++;
+    BulkRead& r = bulk_reads_[index];
+    if (r.orphaned) {
+      finish_orphan(index);
+      continue;
+    }
+    // Not orphaned: the slot that posted it still waits for it (every way
+    // out of the reading states orphans the read first).
+    Session& session = *sessions_[r.sn];
+    const uint64_t req_num = r.req_num;
+    const bool server = r.server;
+    free_bulk_read(index);
+    if (server) {
       ServerSlot& slot = session.sslots[req_num % kSessionReqWindow];
-      if (slot.req_num != req_num || slot.state != ServerSlotState::kBulkReading) continue;
+      RPC_ASSERT(slot.bulk_read == index && slot.state == ServerSlotState::kBulkReading,
+                 "a live request read belongs to its slot");
+      slot.bulk_read = kNoBulkRead;
       if (!done[i].ok) {
         release_server_slot(slot);
         slot.has_req = false;
@@ -116,13 +221,40 @@ void RpcImpl::poll_bulk() {
       continue;
     }
     ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];
-    if (!slot.active || slot.req_num != req_num || !slot.bulk_resp_reading) continue;
+    RPC_ASSERT(slot.active && slot.bulk_read == index, "a live response read belongs to its slot");
     if (!done[i].ok) {
       bulk_resp_read_failed(slot);
       continue;
     }
-    slot.bulk_resp_reading = false;
+    slot.bulk_read = kNoBulkRead;
     client_complete(slot, Errc::kOk, slot.resp->size());
+  }
+}
+
+// ~Rpc: every read still in flight must be over before its buffer goes
+// back to the application or the allocator. Waits for them, and after
+// kDrainReadsTimeout (a peer that never answers) makes the transport
+// cancel the rest.
+void RpcImpl::drain_bulk_reads() {
+  const auto deadline = std::chrono::steady_clock::now() + kDrainReadsTimeout;
+  while (bulk_reads_live_ > 0 && std::chrono::steady_clock::now() < deadline) {
+    poll_bulk();
+    transport_->tx_flush();
+    std::array<RxPacket, kRxBatch> rx;            // keep the datagram path moving for providers
+    const size_t got = transport_->rx_burst(rx);  // that progress on it
+    if (got > 0) transport_->post_recvs(got);
+    if (bulk_reads_live_ > 0) std::this_thread::yield();
+  }
+  if (bulk_reads_live_ == 0) return;
+  RPC_LOG_WARN("Rpc {}: {} one-sided reads did not finish in time; cancelling them", config_.rpc_id,
+               bulk_reads_live_);
+  transport_->quiesce_bulk();
+  for (uint32_t i = 0; i < bulk_reads_.size(); i++) {
+    if (!bulk_reads_[i].live) continue;
+    bulk_reads_live_--;
+    stats_.bulk_reads_failed++;
+    RPC_ASSERT(bulk_reads_[i].orphaned, "~Rpc orphans every read before draining");
+    finish_orphan(i);
   }
 }
 

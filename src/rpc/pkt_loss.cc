@@ -31,7 +31,7 @@ bool RpcImpl::scan_client_session(Session& session) {
       return false;
     }
     // Nothing in flight (waiting for credits or a bulk read) is not loss.
-    if (slot.bulk_resp_reading || slot.num_tx == slot.num_rx) continue;
+    if (slot.bulk_read != kNoBulkRead || slot.num_tx == slot.num_rx) continue;
     if (now_ns_ - slot.progress_ns >= rto_ns_) rollback(slot);
   }
   return true;

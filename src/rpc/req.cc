@@ -53,15 +53,15 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.tag = entry.tag;
   slot.req_num = slot.next_req_num;
   slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
-  slot.bulk_req = use_bulk(entry.req->size());
-  slot.bulk_resp_reading = false;
+  slot.bulk_req =
+      use_bulk(entry.req->size()) && expose_payload(slot.bulk_ctrl, *entry.req, slot.req_exposure);
+  slot.bulk_read = kNoBulkRead;
   slot.req_pkts = slot.bulk_req ? 1 : entry.req->num_pkts();
   slot.resp_pkts = 0;
   slot.num_tx = 0;
   slot.num_rx = 0;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
-  if (slot.bulk_req) fill_bulk_ctrl(slot.bulk_ctrl, *entry.req);
   client_try_send(slot);
 }
 
@@ -251,7 +251,12 @@ void RpcImpl::free_req_buf(ServerSlot& slot) {
 }
 
 void RpcImpl::release_server_slot(ServerSlot& slot) {
+  // A read still filling the request buffer keeps it until it is done.
+  if (slot.bulk_read != kNoBulkRead) orphan_server_read(slot);
   free_req_buf(slot);
+  // The cached response is acknowledged (or its client gone): peers can no
+  // longer read it.
+  transport_->revoke_exposure(slot.resp_exposure);
   if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
   slot.resp = nullptr;
 }

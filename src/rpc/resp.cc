@@ -60,8 +60,8 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
   free_req_buf(slot);
   ReqHandleAccess::req(handle) = MsgBuffer();
   set_slot_state(slot, ServerSlotState::kResponded);
-  slot.resp_bulk = use_bulk(slot.resp->size());
-  if (slot.resp_bulk) fill_bulk_ctrl(slot.bulk_ctrl, *slot.resp);
+  slot.resp_bulk =
+      use_bulk(slot.resp->size()) && expose_payload(slot.bulk_ctrl, *slot.resp, slot.resp_exposure);
   // The client is gone: nothing to send, and the last pending handler
   // frees the session, so read the state before.
   const bool draining = session.state == SessionState::kDraining;
@@ -153,18 +153,24 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
   // credits are returned now.
   session.credits += slot.num_tx - slot.num_rx;
   slot.active = false;
-  slot.bulk_resp_reading = false;
-  if (errc != Errc::kOk) slot.resp->resize(0);
+  // The server has read the request (it answered), or never will: the
+  // request buffer goes back to the application unexposed.
+  transport_->revoke_exposure(slot.req_exposure);
+  if (errc != Errc::kOk && slot.bulk_read == kNoBulkRead) slot.resp->resize(0);
   const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag};
   const Continuation cont = slot.cont;
   session.stats.requests_completed++;
   stats_.requests_completed++;
+  // A read still filling the response buffer: the continuation runs when
+  // it is done (finish_orphan), never before.
+  const bool deferred = slot.bulk_read != kNoBulkRead;
+  if (deferred) orphan_client_read(slot, cont, completion);
   if (!session.backlog.empty() && session.is_connected()) {
     const BacklogEntry next = session.backlog.front();
     session.backlog.pop_front();
     start_request(slot, next);
   }
-  run_continuation(cont, completion);
+  if (!deferred) run_continuation(cont, completion);
 }
 
 }  // namespace rpc::detail

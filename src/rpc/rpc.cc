@@ -154,6 +154,8 @@ RpcImpl::~RpcImpl() {
   for (auto& s : sessions_) {
     if (s != nullptr) free_session(*s);
   }
+  // Every read is orphaned now; the deferred continuations run as they end.
+  drain_bulk_reads();
 }
 
 MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {

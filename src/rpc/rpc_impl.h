@@ -172,12 +172,19 @@ class RpcImpl {
   bool use_bulk(size_t msg_size) const {
     return caps_.bulk && msg_size > config_.bulk_threshold_bytes;
   }
-  void fill_bulk_ctrl(MsgBuffer& ctrl, const MsgBuffer& payload);
+  bool expose_payload(MsgBuffer& ctrl, const MsgBuffer& payload, Exposure& exposure);
   void server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
                               const uint8_t* ctrl_data);
   void bulk_resp_read_failed(ClientSlot& slot);
   void client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data);
+  uint32_t post_bulk_read(Session& session, bool server, uint64_t req_num, const BulkCtrl& ctrl,
+                          MsgBuffer& dst);
+  void free_bulk_read(uint32_t index);
+  void orphan_server_read(ServerSlot& slot);
+  void orphan_client_read(ClientSlot& slot, Continuation cont, const Completion& completion);
+  void finish_orphan(uint32_t index);
   void poll_bulk();
+  void drain_bulk_reads();
   // pkt_loss.cc
   void scan_for_loss();
   bool scan_client_session(Session& session);
@@ -264,6 +271,30 @@ class RpcImpl {
 
   // Client slots waiting for credits.
   std::vector<ClientSlot*> stall_queue_;
+
+  // One-sided reads in flight (bulk.cc). The local buffer of a read is the
+  // transport's until the read completes; a reader that stops waiting
+  // (request failed, session ended) orphans the read, and its completion
+  // then frees the buffer (server) or runs the deferred continuation
+  // (client). The cookie names the entry and its generation.
+  struct BulkRead {
+    uint32_t gen = 0;
+    bool live = false;
+    bool orphaned = false;
+    bool server = false;
+    SessionNum sn = kInvalidSessionNum;
+    uint64_t req_num = 0;
+    // An orphaned server read: the request buffer it fills, and the bytes
+    // of the Rpc's receive budget that buffer holds until the read is done.
+    MsgBuffer buf;
+    size_t budget_bytes = 0;
+    // An orphaned client read: the continuation it holds back.
+    Continuation cont = nullptr;
+    Completion completion{};
+  };
+  std::vector<BulkRead> bulk_reads_;
+  std::vector<uint32_t> free_bulk_reads_;
+  size_t bulk_reads_live_ = 0;
 
   // Fault injection.
   bool drop_enabled_ = false;

@@ -96,7 +96,7 @@ ClientSlot* RpcImpl::client_slot_for(Session& session, uint64_t req_num) {
 // Go-back-N: only the next expected packet is accepted. Each accepted
 // packet answers one sent packet and returns its credit.
 bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
-  if (slot.bulk_resp_reading || rx_index < slot.num_rx) {
+  if (slot.bulk_read != kNoBulkRead || rx_index < slot.num_rx) {
     stats_.drops.stale++;
     return false;
   }

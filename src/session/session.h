@@ -78,14 +78,16 @@ const char* to_string(SessionState state);
 
 struct Session;
 
+// No one-sided read in flight for a slot (RpcImpl::bulk_reads_ index).
+inline constexpr uint32_t kNoBulkRead = UINT32_MAX;
+
 // Client end of one request slot.
 struct ClientSlot {
   Session* session = nullptr;
   uint8_t index = 0;
   bool active = false;
   bool in_stall_queue = false;
-  bool bulk_req = false;           // request sent as a bulk control packet
-  bool bulk_resp_reading = false;  // response being pulled with a one-sided read
+  bool bulk_req = false;  // request sent as a bulk control packet
   ReqType req_type = 0;
   uint64_t req_num = 0;       // of the active (or last) request
   uint64_t next_req_num = 0;  // for the next request in this slot
@@ -101,9 +103,11 @@ struct ClientSlot {
   size_t resp_pkts = 0;  // 0 until response packet 0 arrives
   size_t num_tx = 0;
   size_t num_rx = 0;
-  uint64_t progress_ns = 0;     // last send or accepted receive, for the RTO
-  uint64_t rx_progress_ns = 0;  // start, or last accepted receive: for request_timeout_ms
-  MsgBuffer bulk_ctrl;          // 16-byte control payload (bulk transports)
+  uint64_t progress_ns = 0;          // last send or accepted receive, for the RTO
+  uint64_t rx_progress_ns = 0;       // start, or last accepted receive: for request_timeout_ms
+  MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
+  Exposure req_exposure;             // the request, exposed while the server may read it
+  uint32_t bulk_read = kNoBulkRead;  // the response's read in flight
 };
 
 // A server slot's life; every change goes through RpcImpl::set_slot_state
@@ -131,12 +135,16 @@ constexpr bool slot_transition_ok(ServerSlotState from, ServerSlotState to) {
   return false;
 }
 
+// The data of a bulk control packet: where the sender exposed the payload
+// for this one transfer (Transport::expose_for_read) and how long it is.
+// Little-endian on the wire (docs/wire_format.md).
 struct BulkCtrl {
   uint64_t addr;
-  uint32_t rkey;
+  uint64_t key;
   uint32_t len;
+  uint32_t reserved;  // 0
 };
-static_assert(sizeof(BulkCtrl) == 16);
+static_assert(sizeof(BulkCtrl) == 24);
 
 // Server end of one request slot. Holds the ReqHandle given to handlers.
 struct ServerSlot {
@@ -154,8 +162,10 @@ struct ServerSlot {
   MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
   MsgBuffer* resp = nullptr;    // response being served: &handle.pre_resp_ or &dyn_resp
   MsgBuffer dyn_resp;           // a handler-allocated response, freed with the next request
-  MsgBuffer bulk_ctrl;          // 16-byte control payload (bulk transports)
+  MsgBuffer bulk_ctrl;          // control payload, a BulkCtrl (bulk transports)
   bool resp_bulk = false;
+  Exposure resp_exposure;            // the cached bulk response, until the next request
+  uint32_t bulk_read = kNoBulkRead;  // the request's read in flight
   ReqHandle handle;
   uint8_t status = 0;  // RespStatus of the cached response
 };

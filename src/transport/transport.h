@@ -23,15 +23,25 @@ struct RoutingInfo {
   std::array<uint8_t, kMaxBytes> bytes{};
 };
 
-// Registration of a memory region with the transport.
+// Registration of a memory region with the transport, for local use only:
+// sends from it, receives and one-sided reads into it. Peers get no access
+// to registered memory; what they may read is exposed per transfer (see
+// Exposure).
 struct MemReg {
-  uint32_t lkey = 0;     // local key (verbs lkey; fake: region id)
-  uint32_t rkey = 0;     // remote key handed to peers for one-sided ops
-  void* desc = nullptr;  // libfabric descriptor; unused elsewhere
-  // Peers name a byte of the region as its address minus this: 0 where
-  // remote addresses are virtual addresses (verbs, most libfabric
-  // providers), the region's start where they are offsets into it.
-  uint64_t remote_addr_base = 0;
+  uint32_t lkey = 0;     // local key (verbs lkey; fabric, fake: region id)
+  void* desc = nullptr;  // libfabric descriptor, verbs ibv_mr; unused elsewhere
+};
+
+// One payload peers may read with one-sided operations: exactly
+// [addr, addr + len) of registered memory, read-only, under a key drawn for
+// this exposure, until revoke_exposure(). The bulk security model
+// (docs/reliability.md): nothing else of ours is ever remotely accessible.
+struct Exposure {
+  uint64_t remote_addr = 0;  // how peers name the first byte
+  uint64_t key = 0;          // verbs rkey, libfabric MR key, fake key
+  uint32_t handle = kNone;   // the transport's id of the exposure
+  static constexpr uint32_t kNone = UINT32_MAX;
+  bool active() const { return handle != kNone; }
 };
 
 struct TransportCaps {
@@ -68,7 +78,7 @@ struct BulkOp {
   uint32_t local_lkey;
   void* local_desc;
   uint64_t remote_addr;
-  uint32_t remote_rkey;
+  uint64_t remote_key;
   uint32_t len;
   uint64_t cookie;  // returned in the completion
 };
@@ -129,12 +139,32 @@ class Transport {
   virtual void deregister_memory(const MemReg& reg) = 0;
 
   // --- bulk path (only where caps().bulk) ---
+  // Lets peers read [addr, addr + len) of registered memory until
+  // revoke_exposure(): read-only, under a fresh key. Once per bulk message
+  // sent; allocation-free in steady state. False when the transport cannot
+  // (out of resources): the message then travels as datagrams.
+  virtual bool expose_for_read(const void* addr, size_t len, Exposure& out) {
+    (void)addr;
+    (void)len;
+    (void)out;
+    return false;
+  }
+  // Ends an exposure (a no-op on an inactive one) and marks it inactive.
+  // After it returns, a peer's read of it fails, and one in flight may
+  // fail; it never sees bytes written later.
+  virtual void revoke_exposure(Exposure& exposure) { exposure = Exposure{}; }
   // Reads op.len bytes from the remote buffer into the local one. False
-  // when the op could not be posted (try again later).
+  // when the op could not be posted (try again later). The local buffer
+  // belongs to the transport until poll_bulk() reports the cookie.
   virtual bool post_read(const BulkOp& op) = 0;
   virtual bool post_write(const BulkOp& op) = 0;
-  // Collects finished one-sided operations.
+  // Collects finished one-sided operations (successful or failed).
   virtual size_t poll_bulk(std::span<BulkCompletion> out) = 0;
+  // Ends every one-sided operation still outstanding: when it returns, none
+  // of them touches local memory any more, and poll_bulk() reports none of
+  // them. Used by ~Rpc when reads do not finish in time; the transport
+  // need not carry traffic afterwards.
+  virtual void quiesce_bulk() {}
 };
 
 // Creates the transport named in config.transport. bind_ip is the IPv4

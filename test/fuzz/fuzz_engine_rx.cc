@@ -86,7 +86,8 @@ struct World {
   SessionNum a = kInvalidSessionNum;  // client-side numbers
   SessionNum b = kInvalidSessionNum;
   uint32_t server_ep = 0, client_ep = 0, intruder_ep = 0;
-  MsgBuffer bait;  // a registered client buffer forged bulk packets may point at
+  MsgBuffer bait;  // a client buffer, exposed for reads, that forged bulk packets may point at
+  Exposure bait_exposure;
   EchoCall* b_call = nullptr;
   int b_stuck = 0;
   std::deque<EchoCall*> retired;  // finished calls of B, checked for double completion
@@ -114,6 +115,7 @@ struct World {
     bait = client->alloc_msg_buffer(4096);
     FUZZ_CHECK(bait.valid());
     for (size_t i = 0; i < bait.size(); i++) bait.data()[i] = static_cast<uint8_t>(i * 7);
+    FUZZ_CHECK(client->impl().transport().expose_for_read(bait.data(), bait.size(), bait_exposure));
   }
 
   void pump(int n = 1) {
@@ -184,8 +186,8 @@ struct World {
         if (bytes[kPktHeaderBytes] & 1) {
           BulkCtrl c;
           std::memcpy(&c, bytes.data() + kPktHeaderBytes, sizeof(c));
-          c.addr = reinterpret_cast<uint64_t>(bait.data()) + (c.addr >> 8) % (bait.size() + 64);
-          c.rkey = MsgBufferAccess::region(bait)->reg.rkey;
+          c.addr = bait_exposure.remote_addr + (c.addr >> 8) % (bait.size() + 64);
+          c.key = bait_exposure.key;
           c.len = c.len % (2 * bait.size());
           std::memcpy(bytes.data() + kPktHeaderBytes, &c, sizeof(c));
         }

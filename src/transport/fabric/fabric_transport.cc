@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/random.h"
 #include "wire/pkt_hdr.h"
 
 namespace rpc::detail {
@@ -127,13 +128,15 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     has_source_ = (info_->caps & FI_SOURCE) != 0 && provider_.rfind("shm", 0) != 0;
     const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
     virt_addr_ = (mr_mode & FI_MR_VIRT_ADDR) != 0;
-    const bool prov_key = (mr_mode & FI_MR_PROV_KEY) != 0;
+    prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
     endpoint_mr_ = (mr_mode & FI_MR_ENDPOINT) != 0;
-    // Bulk needs RMA and keys that fit the 32 bits of the engine's control
-    // packet. Without FI_MR_VIRT_ADDR remote addresses are offsets into the
-    // region (MemReg::remote_addr_base).
-    caps_.bulk = (info_->caps & FI_RMA) != 0 &&
-                 (!prov_key || info_->domain_attr->mr_key_size <= sizeof(uint32_t));
+    const size_t key_size = info_->domain_attr->mr_key_size;
+    if (key_size > 0 && key_size < sizeof(uint64_t)) key_mask_ = (1ull << (8 * key_size)) - 1;
+    // Bulk needs RMA and keys that fit the 64 bits of the engine's control
+    // packet (not raw keys). Without FI_MR_VIRT_ADDR remote addresses are
+    // offsets into the exposed payload.
+    caps_.bulk =
+        (info_->caps & FI_RMA) != 0 && (mr_mode & FI_MR_RAW) == 0 && key_size <= sizeof(uint64_t);
 
     caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
     if (caps_.max_pkt_bytes < kMinPktBytes) {
@@ -226,6 +229,10 @@ void FabricTransport::cleanup() noexcept {
   for (Region& r : regions_) {
     if (r.mr != nullptr) fi_close(&r.mr->fid);
     r = Region{};
+  }
+  for (fid_mr*& mr : exposures_) {
+    if (mr != nullptr) fi_close(&mr->fid);
+    mr = nullptr;
   }
   if (av_ != nullptr) fi_close(&av_->fid);
   if (tx_cq_ != nullptr) fi_close(&tx_cq_->fid);
@@ -403,6 +410,7 @@ void FabricTransport::drain_pending() {
 }
 
 void FabricTransport::tx_burst(std::span<const TxItem> items) {
+  if (ep_ == nullptr) return;  // quiesced: the Rpc is going away
   // Every datagram goes through the FIFO, so they leave in order even when
   // the provider pushes back; normally the FIFO is empty again at once.
   for (const TxItem& item : items) queue_pending(item);
@@ -482,19 +490,33 @@ uint64_t FabricTransport::src_key_of(const RoutingInfo& resolved) const {
   return make_src_key(fabric_info_of(resolved).fi_addr);
 }
 
-Result<MemReg> FabricTransport::register_memory(void* addr, size_t len) {
-  uint64_t access = FI_SEND | FI_RECV;
-  if ((info_->caps & FI_RMA) != 0) access |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-  fid_mr* mr = nullptr;
-  // Without FI_MR_PROV_KEY we choose the key: a counter, so it fits the
-  // 32 bits of the engine's bulk control packet.
-  int rc = fi_mr_reg(domain_, addr, len, access, 0, next_requested_key_++, 0, &mr, nullptr);
-  if (rc == 0 && endpoint_mr_) {
-    rc = fi_mr_bind(mr, &ep_->fid, 0);
-    if (rc == 0) rc = fi_mr_enable(mr);
+int FabricTransport::register_region(const void* addr, size_t len, uint64_t access, fid_mr** mr) {
+  int rc = -FI_ENOKEY;
+  // Where we choose keys they are random: a peer cannot guess the key of an
+  // exposure. Taken keys are rare (64 random bits, or mr_key_size's).
+  for (int attempt = 0; attempt < 8 && rc == -FI_ENOKEY; attempt++) {
+    const uint64_t key = prov_key_ ? 0 : random_u64() & key_mask_;
+    rc = fi_mr_reg(domain_, addr, len, access, 0, key, 0, mr, nullptr);
   }
+  if (rc == 0 && endpoint_mr_) {
+    rc = fi_mr_bind(*mr, &ep_->fid, 0);
+    if (rc == 0) rc = fi_mr_enable(*mr);
+  }
+  if (rc != 0 && *mr != nullptr) {
+    fi_close(&(*mr)->fid);
+    *mr = nullptr;
+  }
+  return rc;
+}
+
+Result<MemReg> FabricTransport::register_memory(void* addr, size_t len) {
+  // Local access only: sends from it, receives and reads into it. Peers
+  // read what expose_for_read grants, nothing else.
+  uint64_t access = FI_SEND | FI_RECV;
+  if ((info_->caps & FI_RMA) != 0) access |= FI_READ | FI_WRITE;
+  fid_mr* mr = nullptr;
+  const int rc = register_region(addr, len, access, &mr);
   if (rc != 0) {
-    if (mr != nullptr) fi_close(&mr->fid);
     return Failure{
         fmt::format("fabric transport: registering {} bytes failed: {}", len, fi_error(rc))};
   }
@@ -507,9 +529,7 @@ Result<MemReg> FabricTransport::register_memory(void* addr, size_t len) {
     free_region_ids_.pop_back();
   }
   regions_[id] = Region{mr, fi_mr_desc(mr)};
-  const uint64_t key = fi_mr_key(mr);
-  return MemReg{id, static_cast<uint32_t>(std::min<uint64_t>(key, UINT32_MAX)), regions_[id].desc,
-                virt_addr_ ? 0 : reinterpret_cast<uint64_t>(addr)};
+  return MemReg{id, regions_[id].desc};
 }
 
 void FabricTransport::deregister_memory(const MemReg& reg) {
@@ -519,8 +539,49 @@ void FabricTransport::deregister_memory(const MemReg& reg) {
   free_region_ids_.push_back(reg.lkey);
 }
 
-bool FabricTransport::post_rma(const BulkOp& op, bool write) {
+bool FabricTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
   if (!caps_.bulk) return false;
+  fid_mr* mr = nullptr;
+  const int rc = register_region(addr, len, FI_REMOTE_READ, &mr);
+  if (rc != 0) {
+    RPC_LOG_DEBUG("fabric transport: exposing {} bytes failed: {}", len, fi_error(rc));
+    return false;
+  }
+  uint32_t handle;
+  if (!free_exposures_.empty()) {
+    handle = free_exposures_.back();
+    free_exposures_.pop_back();
+    exposures_[handle] = mr;
+  } else {
+    handle = static_cast<uint32_t>(exposures_.size());
+    exposures_.push_back(mr);
+  }
+  out = Exposure{virt_addr_ ? reinterpret_cast<uint64_t>(addr) : 0, fi_mr_key(mr), handle};
+  return true;
+}
+
+void FabricTransport::revoke_exposure(Exposure& exposure) {
+  if (!exposure.active()) return;
+  if (exposure.handle < exposures_.size() && exposures_[exposure.handle] != nullptr) {
+    fi_close(&exposures_[exposure.handle]->fid);
+    exposures_[exposure.handle] = nullptr;
+    free_exposures_.push_back(exposure.handle);
+  }
+  exposure = Exposure{};
+}
+
+// libfabric cannot cancel an RMA operation; closing the endpoint ends them
+// all (the Rpc is going away, so nothing else needs it). Completions of
+// operations the close discarded are never reported.
+void FabricTransport::quiesce_bulk() {
+  if (ep_ != nullptr) fi_close(&ep_->fid);
+  ep_ = nullptr;
+  bulk_done_.clear();
+  pending_count_ = 0;
+}
+
+bool FabricTransport::post_rma(const BulkOp& op, bool write) {
+  if (!caps_.bulk || ep_ == nullptr) return false;
   OpContext* ctx = take_tx_context();
   if (ctx == nullptr) return false;
   ctx->kind = OpKind::kBulk;
@@ -528,9 +589,9 @@ bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   const fi_addr_t peer =
       reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
   const ssize_t rc = write ? fi_write(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                      op.remote_addr, op.remote_rkey, &ctx->fi)
+                                      op.remote_addr, op.remote_key, &ctx->fi)
                            : fi_read(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                     op.remote_addr, op.remote_rkey, &ctx->fi);
+                                     op.remote_addr, op.remote_key, &ctx->fi);
   if (rc != 0) {
     tx_free_.push_back(ctx);
     if (rc != -FI_EAGAIN) {

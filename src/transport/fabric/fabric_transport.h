@@ -60,6 +60,13 @@ class FabricTransport final : public Transport {
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
+  // Registers exactly the payload with FI_REMOTE_READ only, under a random
+  // requested key (or the provider's, FI_MR_PROV_KEY); closed on revoke.
+  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  void revoke_exposure(Exposure& exposure) override;
+  void quiesce_bulk() override;
+  // Live exposures (tests: every transfer's exposure ends).
+  size_t num_exposures() const { return exposures_.size() - free_exposures_.size(); }
   bool post_read(const BulkOp& op) override { return post_rma(op, /*write=*/false); }
   bool post_write(const BulkOp& op) override { return post_rma(op, /*write=*/true); }
   size_t poll_bulk(std::span<BulkCompletion> out) override;
@@ -88,6 +95,9 @@ class FabricTransport final : public Transport {
   };
 
   void cleanup() noexcept;
+  // fi_mr_reg with a key of ours where the provider takes requested keys
+  // (random, retried if taken), bound to the endpoint where it must be.
+  int register_region(const void* addr, size_t len, uint64_t access, fid_mr** mr);
   bool post_rma(const BulkOp& op, bool write);
   void post_recv(uint32_t index);
   void progress_tx();  // reaps send and bulk completions
@@ -154,7 +164,11 @@ class FabricTransport final : public Transport {
   };
   std::vector<Region> regions_;
   std::vector<uint32_t> free_region_ids_;
-  uint64_t next_requested_key_ = 1;
+  bool prov_key_ = false;
+  uint64_t key_mask_ = UINT64_MAX;  // requested keys fit mr_key_size bytes
+  // Live exposures by handle; freed handles are reused.
+  std::vector<fid_mr*> exposures_;
+  std::vector<uint32_t> free_exposures_;
   // One address-vector entry per remote endpoint name: sessions to the
   // same peer share it, so the source libfabric reports matches them all.
   // Counted: removed from the address vector when the last session to

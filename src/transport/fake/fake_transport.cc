@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "common/random.h"
 #include "rpc/msg_buffer.h"
 
 namespace rpc::detail {
@@ -64,6 +65,7 @@ void FakeNetwork::reset() {
   capture_ = false;
   captured_.clear();
   held_.clear();
+  hold_bulk_ = false;
 }
 
 void FakeNetwork::set_capture(bool enabled) {
@@ -140,25 +142,46 @@ size_t FakeNetwork::receive(uint32_t endpoint, size_t max, std::vector<FakePacke
   return out.size();
 }
 
-uint32_t FakeNetwork::register_region(uint8_t* base, size_t len) {
+uint32_t FakeNetwork::register_region() {
   std::lock_guard lock(mutex_);
-  // rkey 0 is never handed out, so a zeroed MemReg cannot alias a region.
-  if (next_rkey_ == 0) next_rkey_ = 1;
-  const uint32_t rkey = next_rkey_++;
-  regions_[rkey] = Region{base, len};
-  return rkey;
+  if (next_region_id_ == 0) next_region_id_ = 1;
+  return next_region_id_++;
 }
 
-void FakeNetwork::deregister_region(uint32_t rkey) {
+uint64_t FakeNetwork::expose(const uint8_t* base, size_t len) {
   std::lock_guard lock(mutex_);
-  regions_.erase(rkey);
+  uint64_t key = 0;
+  while (key == 0 || exposures_.count(key) != 0) key = random_u64();
+  exposures_[key] = Region{base, len};
+  return key;
 }
 
-bool FakeNetwork::copy_remote(uint32_t rkey, uint64_t remote_addr, uint8_t* local, size_t len,
+void FakeNetwork::revoke(uint64_t key) {
+  std::lock_guard lock(mutex_);
+  exposures_.erase(key);
+}
+
+size_t FakeNetwork::num_exposures() {
+  std::lock_guard lock(mutex_);
+  return exposures_.size();
+}
+
+void FakeNetwork::set_hold_bulk(bool hold) {
+  std::lock_guard lock(mutex_);
+  hold_bulk_ = hold;
+}
+
+bool FakeNetwork::hold_bulk() {
+  std::lock_guard lock(mutex_);
+  return hold_bulk_;
+}
+
+bool FakeNetwork::copy_remote(uint64_t key, uint64_t remote_addr, uint8_t* local, size_t len,
                               bool read) {
   std::lock_guard lock(mutex_);
-  auto it = regions_.find(rkey);
-  if (it == regions_.end()) return false;
+  if (!read) return false;
+  auto it = exposures_.find(key);
+  if (it == exposures_.end()) return false;
   const Region& region = it->second;
   const auto base = reinterpret_cast<uintptr_t>(region.base);
   // Compare offsets rather than end addresses, so a huge remote_addr or len
@@ -167,12 +190,7 @@ bool FakeNetwork::copy_remote(uint32_t rkey, uint64_t remote_addr, uint8_t* loca
   const uint64_t offset = remote_addr - base;
   if (offset > region.len || len > region.len - offset) return false;
   if (len == 0) return true;
-  uint8_t* remote = region.base + offset;
-  if (read) {
-    std::memmove(local, remote, len);
-  } else {
-    std::memmove(remote, local, len);
-  }
+  std::memmove(local, region.base + offset, len);
   return true;
 }
 
@@ -202,7 +220,10 @@ FakeTransport::FakeTransport(const RpcConfig& config) {
   endpoint_ = FakeNetwork::instance().attach();
 }
 
-FakeTransport::~FakeTransport() { FakeNetwork::instance().detach(endpoint_); }
+FakeTransport::~FakeTransport() {
+  for (const auto& [handle, key] : exposure_keys_) FakeNetwork::instance().revoke(key);
+  FakeNetwork::instance().detach(endpoint_);
+}
 
 void FakeTransport::tx_burst(std::span<const TxItem> items) {
   FakeNetwork& network = FakeNetwork::instance();
@@ -274,31 +295,57 @@ uint64_t FakeTransport::src_key_of(const RoutingInfo& resolved) const {
 }
 
 Result<MemReg> FakeTransport::register_memory(void* addr, size_t len) {
-  const uint32_t rkey = FakeNetwork::instance().register_region(static_cast<uint8_t*>(addr), len);
-  return MemReg{rkey, rkey, nullptr};
+  (void)addr;
+  (void)len;
+  // Local use only: peers reach nothing of it (expose_for_read does that).
+  return MemReg{FakeNetwork::instance().register_region(), nullptr};
 }
 
-void FakeTransport::deregister_memory(const MemReg& reg) {
-  FakeNetwork::instance().deregister_region(reg.rkey);
+void FakeTransport::deregister_memory(const MemReg& reg) { (void)reg; }
+
+bool FakeTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
+  const uint64_t key = FakeNetwork::instance().expose(static_cast<const uint8_t*>(addr), len);
+  uint32_t handle = next_exposure_handle_++;
+  if (handle == Exposure::kNone) handle = next_exposure_handle_++;
+  exposure_keys_[handle] = key;
+  out = Exposure{reinterpret_cast<uint64_t>(addr), key, handle};
+  return true;
+}
+
+void FakeTransport::revoke_exposure(Exposure& exposure) {
+  if (!exposure.active()) return;
+  auto it = exposure_keys_.find(exposure.handle);
+  fake_check(it != exposure_keys_.end() && it->second == exposure.key,
+             "revoke_exposure of an exposure this transport did not make");
+  FakeNetwork::instance().revoke(it->second);
+  exposure_keys_.erase(it);
+  exposure = Exposure{};
 }
 
 bool FakeTransport::post_read(const BulkOp& op) {
-  const bool ok =
-      FakeNetwork::instance().copy_remote(op.remote_rkey, op.remote_addr, op.local_addr, op.len,
-                                          /*read=*/true);
-  bulk_done_.push_back(BulkCompletion{op.cookie, ok});
+  posted_reads_.push_back(op);
   return true;
 }
 
 bool FakeTransport::post_write(const BulkOp& op) {
   const bool ok =
-      FakeNetwork::instance().copy_remote(op.remote_rkey, op.remote_addr, op.local_addr, op.len,
+      FakeNetwork::instance().copy_remote(op.remote_key, op.remote_addr, op.local_addr, op.len,
                                           /*read=*/false);
   bulk_done_.push_back(BulkCompletion{op.cookie, ok});
   return true;
 }
 
 size_t FakeTransport::poll_bulk(std::span<BulkCompletion> out) {
+  // Reads copy when they complete, like a NIC's DMA: a buffer handed back
+  // before the completion would be written after.
+  if (!posted_reads_.empty() && !FakeNetwork::instance().hold_bulk()) {
+    for (const BulkOp& op : posted_reads_) {
+      const bool ok = FakeNetwork::instance().copy_remote(op.remote_key, op.remote_addr,
+                                                          op.local_addr, op.len, /*read=*/true);
+      bulk_done_.push_back(BulkCompletion{op.cookie, ok});
+    }
+    posted_reads_.clear();
+  }
   const size_t count = std::min(out.size(), bulk_done_.size());
   std::copy_n(bulk_done_.begin(), count, out.begin());
   bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(count));

@@ -56,11 +56,20 @@ class FakeNetwork {
   void send(FakePacket packet);
   // Moves up to max packets for endpoint into out; returns how many.
   size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out);
-  uint32_t register_region(uint8_t* base, size_t len);
-  void deregister_region(uint32_t rkey);
-  // Copies between a registered remote region and local memory. False if
-  // [remote_addr, remote_addr + len) is not inside region rkey.
-  bool copy_remote(uint32_t rkey, uint64_t remote_addr, uint8_t* local, size_t len, bool read);
+  uint32_t register_region();
+  // Makes [base, base + len) readable by peers under a fresh random key.
+  uint64_t expose(const uint8_t* base, size_t len);
+  void revoke(uint64_t key);
+  size_t num_exposures();
+  // Copies from a peer's exposure into local memory. False if
+  // [remote_addr, remote_addr + len) is not inside the exposure `key`, and
+  // always for writes: nothing is exposed for remote write.
+  bool copy_remote(uint64_t key, uint64_t remote_addr, uint8_t* local, size_t len, bool read);
+  // While held, reads are posted but neither copied nor completed: tests
+  // end requests and sessions while reads are in flight. Releasing makes
+  // them run (and complete) at the next poll.
+  void set_hold_bulk(bool hold);
+  bool hold_bulk();
 
  private:
   void deliver_locked(FakePacket packet);
@@ -73,11 +82,12 @@ class FakeNetwork {
   uint32_t next_endpoint_ = 1;
   std::unordered_map<uint32_t, std::deque<FakePacket>> inboxes_;
   struct Region {
-    uint8_t* base;
+    const uint8_t* base;
     size_t len;
   };
-  uint32_t next_rkey_ = 1;
-  std::unordered_map<uint32_t, Region> regions_;
+  uint32_t next_region_id_ = 1;
+  std::unordered_map<uint64_t, Region> exposures_;
+  bool hold_bulk_ = false;
 };
 
 class FakeTransport final : public Transport {
@@ -97,9 +107,12 @@ class FakeTransport final : public Transport {
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
+  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  void revoke_exposure(Exposure& exposure) override;
   bool post_read(const BulkOp& op) override;
   bool post_write(const BulkOp& op) override;
   size_t poll_bulk(std::span<BulkCompletion> out) override;
+  void quiesce_bulk() override { posted_reads_.clear(); }
 
   uint32_t endpoint() const { return endpoint_; }
   // Successful resolves not yet released, and releases without a matching
@@ -116,6 +129,9 @@ class FakeTransport final : public Transport {
   size_t ring_in_use_ = 0;  // handed out, not yet returned
   std::vector<FakePacket> scratch_;
   std::vector<BulkCompletion> bulk_done_;
+  std::vector<BulkOp> posted_reads_;                      // not yet copied (see set_hold_bulk)
+  std::unordered_map<uint32_t, uint64_t> exposure_keys_;  // handle -> key
+  uint32_t next_exposure_handle_ = 0;
   size_t live_resolutions_ = 0;
   size_t unmatched_releases_ = 0;
 };

@@ -202,6 +202,10 @@ VerbsTransport::~VerbsTransport() { cleanup(); }
 void VerbsTransport::cleanup() noexcept {
   if (qp_ != nullptr) ibv_destroy_qp(qp_);
   qp_ = nullptr;
+  for (ibv_mr* mr : exposures_) {
+    if (mr != nullptr) ibv_dereg_mr(mr);
+  }
+  exposures_.clear();
   for (auto& [key, entry] : ahs_) ibv_destroy_ah(entry.ah);
   ahs_.clear();
   for (const RetiredAh& r : retired_ahs_) ibv_destroy_ah(r.ah);
@@ -435,17 +439,47 @@ uint64_t VerbsTransport::src_key_of(const RoutingInfo& resolved) const {
 }
 
 Result<MemReg> VerbsTransport::register_memory(void* addr, size_t len) {
-  ibv_mr* mr = ibv_reg_mr(
-      pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+  // Local access only: sends from it, receives and reads into it. Peers
+  // read what expose_for_read grants, nothing else.
+  ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
   if (mr == nullptr) {
     return Failure{fmt::format("verbs transport: ibv_reg_mr of {} bytes failed: {}", len,
                                std::strerror(errno))};
   }
-  return MemReg{mr->lkey, mr->rkey, mr};
+  return MemReg{mr->lkey, mr};
 }
 
 void VerbsTransport::deregister_memory(const MemReg& reg) {
   if (reg.desc != nullptr) ibv_dereg_mr(static_cast<ibv_mr*>(reg.desc));
+}
+
+bool VerbsTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
+  ibv_mr* mr = ibv_reg_mr(pd_, const_cast<void*>(addr), len, IBV_ACCESS_REMOTE_READ);
+  if (mr == nullptr) {
+    RPC_LOG_DEBUG("verbs transport: exposing {} bytes failed: {}", len, std::strerror(errno));
+    return false;
+  }
+  uint32_t handle;
+  if (!free_exposures_.empty()) {
+    handle = free_exposures_.back();
+    free_exposures_.pop_back();
+    exposures_[handle] = mr;
+  } else {
+    handle = static_cast<uint32_t>(exposures_.size());
+    exposures_.push_back(mr);
+  }
+  out = Exposure{reinterpret_cast<uint64_t>(addr), mr->rkey, handle};
+  return true;
+}
+
+void VerbsTransport::revoke_exposure(Exposure& exposure) {
+  if (!exposure.active()) return;
+  if (exposure.handle < exposures_.size() && exposures_[exposure.handle] != nullptr) {
+    ibv_dereg_mr(exposures_[exposure.handle]);
+    exposures_[exposure.handle] = nullptr;
+    free_exposures_.push_back(exposure.handle);
+  }
+  exposure = Exposure{};
 }
 
 }  // namespace rpc::detail

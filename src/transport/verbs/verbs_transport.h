@@ -62,6 +62,10 @@ class VerbsTransport final : public Transport {
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
+  // Registers exactly the payload for remote read (no local or remote
+  // write), and deregisters it on revoke: the rkey dies with the transfer.
+  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  void revoke_exposure(Exposure& exposure) override;
   // One-sided bulk transfers need RC queue pairs; not built yet, so caps()
   // says bulk = false and the engine sends large messages as datagrams.
   bool post_read(const BulkOp&) override { return false; }
@@ -141,6 +145,10 @@ class VerbsTransport final : public Transport {
   };
   static constexpr std::chrono::milliseconds kRetiredAhGrace{100};
   std::vector<RetiredAh> retired_ahs_;
+
+  // Live exposures by handle; freed handles are reused.
+  std::vector<ibv_mr*> exposures_;
+  std::vector<uint32_t> free_exposures_;
 };
 
 }  // namespace rpc::detail
