@@ -18,6 +18,8 @@ struct RpcImplTestAccess {
   }
   // Bytes of the server receive budget in use.
   static size_t rx_budget_used(RpcImpl& rpc) { return rpc.rx_budget_used_bytes_; }
+  // One-sided reads posted and not yet reported done.
+  static size_t bulk_reads_live(RpcImpl& rpc) { return rpc.bulk_reads_live_; }
   static size_t num_tombstones(RpcImpl& rpc) { return rpc.tombstones_.size(); }
   static bool header_sane(RpcImpl& rpc, const PktHdr& hdr, size_t data_len) {
     return rpc.header_sane(hdr, data_len);

@@ -131,4 +131,114 @@ struct ConnectedPair {
   }
 };
 
+// The bulk security model at the transport level: `intruder`, an endpoint
+// that resolved the victim's routing info (`to_victim`) and knows the
+// protocol, attacks the victim's memory with one-sided operations. Only a
+// read of the live exposure, within its bounds, may succeed; writes never
+// do; registered memory that is not exposed, guessed keys and the key of a
+// revoked exposure all fail, and the victim's bytes never change.
+// `progress` drives the victim (providers that serve RMA when polled).
+struct BulkAttack {
+  detail::Transport& victim;
+  detail::Transport& intruder;
+  const detail::RoutingInfo& to_victim;
+  std::function<void()> progress;
+  uint64_t next_cookie = 1;
+
+  void drive() {
+    std::array<detail::RxPacket, 32> rx{};
+    if (progress) progress();
+    const size_t got = victim.rx_burst(rx);
+    if (got > 0) victim.post_recvs(got);
+    intruder.rx_burst(std::span<detail::RxPacket>(rx.data(), 0));
+  }
+
+  // Posts one operation and waits for its completion: true if it succeeded.
+  // Posting is retried while the provider pushes back (tcp;ofi_rxm while
+  // it connects); one the intruder can never post counts as failed.
+  bool attempt(bool write, uint8_t* local, const detail::MemReg& local_reg, uint64_t remote_addr,
+               uint64_t key, uint32_t len) {
+    const uint64_t cookie = next_cookie++;
+    const detail::BulkOp op{&to_victim, local, local_reg.lkey, local_reg.desc, remote_addr,
+                            key,        len,   cookie};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool posted = false;
+    while (!posted && std::chrono::steady_clock::now() < deadline) {
+      posted = write ? intruder.post_write(op) : intruder.post_read(op);
+      if (!posted) drive();
+    }
+    if (!posted) return false;
+    std::array<detail::BulkCompletion, 4> done{};
+    while (std::chrono::steady_clock::now() < deadline) {
+      drive();
+      const size_t n = intruder.poll_bulk(done);
+      for (size_t i = 0; i < n; i++) {
+        if (done[i].cookie == cookie) return done[i].ok;
+      }
+    }
+    FAIL("a one-sided operation neither completed nor failed within 10 s");
+    return false;
+  }
+
+  void run() {
+    // The victim: 64 KiB registered for local use, 4 KiB of it exposed.
+    TxBuffer secret(victim, 64 << 10);
+    for (size_t i = 0; i < secret.bytes.size(); i++) secret.bytes[i] = pattern_byte(i, 3);
+    const std::vector<uint8_t> original = secret.bytes;
+    constexpr size_t kExposedOffset = 8192;
+    constexpr uint32_t kExposedLen = 4096;
+    detail::Exposure exposure;
+    REQUIRE(victim.expose_for_read(secret.bytes.data() + kExposedOffset, kExposedLen, exposure));
+    const detail::Exposure live = exposure;
+    // The intruder's own buffer.
+    TxBuffer mine(intruder, 64 << 10);
+    auto read = [&](uint64_t addr, uint64_t key, uint32_t len) {
+      return attempt(false, mine.bytes.data(), mine.reg, addr, key, len);
+    };
+    auto write = [&](uint64_t addr, uint64_t key, uint32_t len) {
+      std::fill(mine.bytes.begin(), mine.bytes.end(), 0xEE);
+      return attempt(true, mine.bytes.data(), mine.reg, addr, key, len);
+    };
+    // Offsets into the secret in the exposure's address space (virtual
+    // addresses, or offsets from the exposure's start).
+    const auto at = [&](ptrdiff_t delta) {
+      return live.remote_addr + static_cast<uint64_t>(delta);
+    };
+
+    // The legitimate read works (so the failures below mean something).
+    CHECK(read(at(0), live.key, kExposedLen));
+    CHECK(std::memcmp(mine.bytes.data(), original.data() + kExposedOffset, kExposedLen) == 0);
+    // Writes change nothing, with the live key too. (Their completion may
+    // still say ok: tcp;ofi_rxm completes a small write once it is sent.)
+    write(at(0), live.key, 64);
+    write(at(0), live.key, kExposedLen);
+    CHECK(std::memcmp(secret.bytes.data(), original.data(), original.size()) == 0);
+    // Reads outside the exposure, with its key: before, past the end.
+    CHECK_FALSE(read(at(-1), live.key, 64));
+    CHECK_FALSE(read(at(-static_cast<ptrdiff_t>(kExposedOffset)), live.key, 64));
+    CHECK_FALSE(read(at(1), live.key, kExposedLen));
+    CHECK_FALSE(read(at(kExposedLen), live.key, 64));
+    // Guessed keys: small integers (the keys registrations once had) and
+    // the neighbours of the live key, at the secret's start and inside the
+    // exposure.
+    int guessed_ok = 0;
+    for (uint64_t key = 0; key < 64; key++) {
+      if (key == live.key) continue;
+      guessed_ok += read(at(-static_cast<ptrdiff_t>(kExposedOffset)), key, 64) ? 1 : 0;
+      write(at(0), key, 64);
+    }
+    for (uint64_t key :
+         {live.key + 1, live.key - 1, live.key ^ 0x100, live.key ^ (uint64_t{1} << 40)}) {
+      guessed_ok += read(at(0), key, 64) ? 1 : 0;
+    }
+    CHECK(guessed_ok == 0);
+    // The key of a revoked exposure.
+    victim.revoke_exposure(exposure);
+    CHECK_FALSE(read(at(0), live.key, kExposedLen));
+    CHECK_FALSE(read(at(0), live.key, 64));
+    // And nothing of the victim's changed.
+    CHECK(std::memcmp(secret.bytes.data(), original.data(), original.size()) == 0);
+  }
+};
+
 }  // namespace rpc::test

@@ -137,6 +137,12 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // offsets into the exposed payload.
     caps_.bulk =
         (info_->caps & FI_RMA) != 0 && (mr_mode & FI_MR_RAW) == 0 && key_size <= sizeof(uint64_t);
+    // shm (libfabric 1.17) checks neither keys nor access rights: a peer's
+    // fi_read and fi_write reach any address of ours (through CMA) whatever
+    // key they name (test_fabric.cc, "an intruder ..."). Bulk would rest on
+    // nothing there, so large messages go as datagrams (shm moves large
+    // sends through CMA itself). See docs/transports.md.
+    if (provider_.rfind("shm", 0) == 0) caps_.bulk = false;
 
     caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
     if (caps_.max_pkt_bytes < kMinPktBytes) {

@@ -66,6 +66,7 @@ void FakeNetwork::reset() {
   captured_.clear();
   held_.clear();
   hold_bulk_ = false;
+  refuse_exposures_ = false;
 }
 
 void FakeNetwork::set_capture(bool enabled) {
@@ -150,6 +151,7 @@ uint32_t FakeNetwork::register_region() {
 
 uint64_t FakeNetwork::expose(const uint8_t* base, size_t len) {
   std::lock_guard lock(mutex_);
+  if (refuse_exposures_) return 0;
   uint64_t key = 0;
   while (key == 0 || exposures_.count(key) != 0) key = random_u64();
   exposures_[key] = Region{base, len};
@@ -169,6 +171,11 @@ size_t FakeNetwork::num_exposures() {
 void FakeNetwork::set_hold_bulk(bool hold) {
   std::lock_guard lock(mutex_);
   hold_bulk_ = hold;
+}
+
+void FakeNetwork::set_refuse_exposures(bool refuse) {
+  std::lock_guard lock(mutex_);
+  refuse_exposures_ = refuse;
 }
 
 bool FakeNetwork::hold_bulk() {
@@ -305,6 +312,7 @@ void FakeTransport::deregister_memory(const MemReg& reg) { (void)reg; }
 
 bool FakeTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
   const uint64_t key = FakeNetwork::instance().expose(static_cast<const uint8_t*>(addr), len);
+  if (key == 0) return false;
   uint32_t handle = next_exposure_handle_++;
   if (handle == Exposure::kNone) handle = next_exposure_handle_++;
   exposure_keys_[handle] = key;

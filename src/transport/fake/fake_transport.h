@@ -57,7 +57,8 @@ class FakeNetwork {
   // Moves up to max packets for endpoint into out; returns how many.
   size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out);
   uint32_t register_region();
-  // Makes [base, base + len) readable by peers under a fresh random key.
+  // Makes [base, base + len) readable by peers under a fresh random key
+  // (0: refused, see set_refuse_exposures).
   uint64_t expose(const uint8_t* base, size_t len);
   void revoke(uint64_t key);
   size_t num_exposures();
@@ -70,6 +71,8 @@ class FakeNetwork {
   // them run (and complete) at the next poll.
   void set_hold_bulk(bool hold);
   bool hold_bulk();
+  // While set, expose_for_read fails (a transport out of resources).
+  void set_refuse_exposures(bool refuse);
 
  private:
   void deliver_locked(FakePacket packet);
@@ -88,6 +91,7 @@ class FakeNetwork {
   uint32_t next_region_id_ = 1;
   std::unordered_map<uint64_t, Region> exposures_;
   bool hold_bulk_ = false;
+  bool refuse_exposures_ = false;
 };
 
 class FakeTransport final : public Transport {
