@@ -1,0 +1,117 @@
+// expose_cost: the time one bulk transfer spends on the security model,
+// i.e. Transport::expose_for_read + revoke_exposure of a payload, by size,
+// next to a plain local registration of the same bytes (register_memory +
+// deregister_memory) for scale. Medians over --iters rounds.
+//
+//   expose_cost [--transport fabric|verbs|fake] [--fabric-provider P]
+//               [--sizes 64K,1M,8M] [--iters N]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+using namespace rpc;
+using namespace rpc::detail;
+
+namespace {
+
+size_t parse_size(const std::string& s) {
+  size_t mult = 1;
+  std::string digits = s;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'M')) {
+    mult = s.back() == 'K' ? size_t{1} << 10 : size_t{1} << 20;
+    digits.pop_back();
+  }
+  return std::stoul(digits) * mult;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double time_us(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RpcConfig config{.transport = "fabric", .fabric_provider = "tcp;ofi_rxm"};
+  std::vector<size_t> sizes{size_t{64} << 10, size_t{1} << 20, size_t{8} << 20};
+  int iters = 200;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--transport" && has_value) {
+      config.transport = argv[++i];
+    } else if (a == "--fabric-provider" && has_value) {
+      config.fabric_provider = argv[++i];
+    } else if (a == "--iters" && has_value) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--sizes" && has_value) {
+      sizes.clear();
+      std::string list = argv[++i];
+      size_t pos = 0;
+      while (pos <= list.size()) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        sizes.push_back(parse_size(list.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else {
+      fmt::print(
+          "usage: expose_cost [--transport fabric|verbs|fake] [--fabric-provider P]\n"
+          "                   [--sizes 64K,1M,8M] [--iters N]\n"
+          "Times Transport::expose_for_read + revoke_exposure (the bulk security\n"
+          "model's cost per transfer) next to register_memory + deregister_memory.\n");
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  auto transport = make_transport(config, "127.0.0.1");
+  if (!transport) {
+    fmt::print(stderr, "expose_cost: {}\n", transport.error());
+    return 1;
+  }
+  Transport& t = **transport;
+  fmt::print("transport {} ({}), {} rounds, medians in microseconds\n", t.name(), t.provider(),
+             iters);
+  fmt::print("{:>10} {:>18} {:>18}\n", "bytes", "expose+revoke", "register+dereg");
+  for (size_t size : sizes) {
+    std::vector<uint8_t> mem(size, 1);  // touched: pages exist
+    auto reg = t.register_memory(mem.data(), mem.size());
+    if (!reg) {
+      fmt::print(stderr, "expose_cost: {}\n", reg.error());
+      return 1;
+    }
+    std::vector<double> expose_us;
+    std::vector<double> register_us;
+    bool exposes = true;  // false where the transport has no bulk path (shm, udp)
+    for (int i = 0; i < iters; i++) {
+      if (exposes) {
+        expose_us.push_back(time_us([&] {
+          Exposure e;
+          exposes = t.expose_for_read(mem.data(), mem.size(), e);
+          t.revoke_exposure(e);
+        }));
+      }
+      register_us.push_back(time_us([&] {
+        auto r = t.register_memory(mem.data(), mem.size());
+        if (r) t.deregister_memory(*r);
+      }));
+    }
+    t.deregister_memory(*reg);
+    const std::string expose =
+        exposes ? fmt::format("{:.2f}", median(expose_us)) : std::string("refused (no bulk)");
+    fmt::print("{:>10} {:>18} {:>18.2f}\n", size, expose, median(register_us));
+  }
+  return 0;
+}
