@@ -75,8 +75,8 @@ GidChoice select_gid(std::span<const GidEntry> table, std::string_view nexus_ip)
   const bool any_roce_v2 = std::any_of(table.begin(), table.end(), usable_roce_v2);
   const char* why = !any_present   ? "the GID table is empty"
                     : !any_roce_v2 ? "no RoCEv2 GIDs (InfiniBand or RoCEv1)"
-                                   : "the RoCEv2 GIDs are link-local only (no IP address on the "
-                                     "netdev; that does not route between hosts)";
+                                   : "the RoCEv2 GIDs are link-local only, which does not route "
+                                     "between hosts (no IP address on the netdev?)";
   return {0, fmt::format("{}; using GID 0", why)};
 }
 

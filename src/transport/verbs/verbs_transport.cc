@@ -225,13 +225,12 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
     cleanup();
     throw;
   }
-  RPC_LOG_INFO("verbs transport on {} ({} B packets, inline {} B)", provider(), caps_.max_pkt_bytes,
-               caps_.max_inline_bytes);
+  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, on {}", caps_.max_pkt_bytes,
+               caps_.max_inline_bytes, provider());
 }
 
 std::string VerbsTransport::provider() const {
-  return fmt::format("{} port {}, GID {} ({})", device_name_, port_, gid_index_,
-                     gid_choice_.reason);
+  return fmt::format("{} port {}, GID {}: {}", device_name_, port_, gid_index_, gid_choice_.reason);
 }
 
 VerbsTransport::~VerbsTransport() { cleanup(); }

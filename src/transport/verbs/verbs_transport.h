@@ -71,7 +71,7 @@ class VerbsTransport final : public Transport {
   bool post_write(const BulkOp&) override { return false; }
   size_t poll_bulk(std::span<BulkCompletion>) override { return 0; }
 
-  // "rxe0 port 1, GID 1 (why that GID)": what the benchmarks print.
+  // "rxe0 port 1, GID 1: <why that GID>": what the benchmarks print.
   std::string provider() const override;
   const std::string& device_name() const { return device_name_; }
   // The GID index the port is addressed by, and why: configured, or chosen.
