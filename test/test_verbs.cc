@@ -138,7 +138,15 @@ class NetdevAddress {
     REQUIRE(std::getline(in, netdev_));
     REQUIRE(run(fmt::format("ip addr add {} dev {}", cidr_, netdev_)));
   }
-  ~NetdevAddress() { run(fmt::format("ip addr del {} dev {}", cidr_, netdev_)); }
+  // Waits until the GID table has dropped the address again, so that the
+  // tests that follow do not pick a GID that vanishes under them.
+  ~NetdevAddress() {
+    run(fmt::format("ip addr del {} dev {}", cidr_, netdev_));
+    RpcConfig config = verbs_config();
+    for (int i = 0; i < 100 && VerbsTransport(config).gid_choice().index != 0; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
   NetdevAddress(const NetdevAddress&) = delete;
   NetdevAddress& operator=(const NetdevAddress&) = delete;
 

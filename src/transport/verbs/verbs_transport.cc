@@ -68,7 +68,10 @@ GidChoice choose_gid(ibv_context* ctx, uint8_t port, int configured, const std::
       1,
       static_cast<size_t>(std::max(pa.gid_tbl_len, 0)) * std::max<uint8_t>(da.phys_port_cnt, 1)));
   const ssize_t n = ibv_query_gid_table(ctx, entries.data(), entries.size(), 0);
-  if (n < 0) fail("ibv_query_gid_table failed", static_cast<int>(-n));
+  if (n < 0) {
+    return {0, fmt::format("reading the GID table failed ({}); using GID 0",
+                           std::strerror(static_cast<int>(-n)))};
+  }
   std::vector<GidEntry> table;
   for (const ibv_gid_entry& e : std::span(entries.data(), static_cast<size_t>(n))) {
     if (e.port_num != port) continue;
