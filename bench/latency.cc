@@ -337,6 +337,7 @@ int run_client_mode(const Options& opt) {
   rpc::Nexus nexus(bench::make_nexus_config(opt.ep, bench::client_nexus_uri(opt.ep)));
   bench::ConnectWatch watch;
   rpc::Rpc client(nexus, bench::make_rpc_config(opt.ep, kStandaloneClientRpcId, &watch));
+  bench::print_transport_choice(client);
   const std::string setup =
       fmt::format("client on {} against rpc {} at {}, busy-polling, not pinned", nexus.uri(),
                   kServerRpcId, *opt.ep.server_uri);
@@ -376,6 +377,7 @@ int run_both_mode(const Options& opt) {
   try {
     bench::ConnectWatch watch;
     rpc::Rpc client(nexus, bench::make_rpc_config(opt.ep, kClientRpcId, &watch));
+    bench::print_transport_choice(client);
     results = run_client(client, watch, nexus.uri(), opt);
   } catch (...) {
     client_error = std::current_exception();

@@ -1,9 +1,15 @@
 // The verbs transport itself, on a real RDMA device (Soft-RoCE in the VM of
 // scripts/rxe-vm.sh). Runs from test/verbs_main.cc, which skips without a
 // device. The engine over verbs is covered by the [any_transport] cases.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "transport/verbs/verbs_transport.h"
 #include "transport_test_util.h"
@@ -119,4 +125,96 @@ TEST_CASE("over verbs, a datagram from another queue pair is dropped as the wron
   CHECK(p.server->stats().drops.wrong_source == 1);
   CHECK(p.server->stats().handlers_run == 0);
   CHECK(p.echo_ok(3000, 9));
+}
+
+namespace {
+
+// An IPv4 address on the RDMA device's netdev for one test: only inside the
+// throw-away VM of scripts/rxe-vm.sh (RXE_IN_VM=1), never on a real host.
+class NetdevAddress {
+ public:
+  NetdevAddress(const std::string& device, const std::string& cidr) : cidr_(cidr) {
+    std::ifstream in(fmt::format("/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/0", device));
+    REQUIRE(std::getline(in, netdev_));
+    REQUIRE(run(fmt::format("ip addr add {} dev {}", cidr_, netdev_)));
+  }
+  // Waits until the GID table has dropped the address again, so that the
+  // tests that follow do not pick a GID that vanishes under them.
+  ~NetdevAddress() {
+    run(fmt::format("ip addr del {} dev {}", cidr_, netdev_));
+    RpcConfig config = verbs_config();
+    for (int i = 0; i < 100 && VerbsTransport(config).gid_choice().index != 0; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  NetdevAddress(const NetdevAddress&) = delete;
+  NetdevAddress& operator=(const NetdevAddress&) = delete;
+
+ private:
+  static bool run(const std::string& cmd) { return std::system(cmd.c_str()) == 0; }
+  std::string cidr_;
+  std::string netdev_;
+};
+
+std::string gid_type_in_sysfs(const std::string& device, int index) {
+  std::ifstream in(
+      fmt::format("/sys/class/infiniband/{}/ports/1/gid_attrs/types/{}", device, index));
+  std::string type;
+  std::getline(in, type);
+  return type;
+}
+
+}  // namespace
+
+TEST_CASE("with no GID index given, the RoCEv2 GID of the Nexus's IPv4 address is chosen",
+          "[verbs]") {
+  if (std::getenv("RXE_IN_VM") == nullptr) {
+    WARN("skipped: adds an address to the RDMA netdev, so runs only in scripts/rxe-vm.sh");
+    return;
+  }
+  const RpcConfig config = verbs_config();  // verbs_gid_index -1
+  std::string device;
+  {
+    // Given the VM's rxe0 on a netdev without an address: link-local GIDs only
+    VerbsTransport t(config, "10.77.0.1");
+    device = t.device_name();
+    CHECK(t.gid_choice().index == 0);
+    CHECK_THAT(t.gid_choice().reason, Catch::Contains("link-local only"));
+  }
+  // When the netdev gets 10.77.0.1 (the GID table follows within a moment)
+  NetdevAddress address(device, "10.77.0.1/24");
+  GidChoice choice;
+  for (int i = 0; i < 50 && choice.reason.find("the Nexus's IP") == std::string::npos; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    choice = VerbsTransport(config, "10.77.0.1").gid_choice();
+  }
+  // Expect its RoCEv2 GID, not the RoCEv1 one rxe lists for the same address
+  INFO(choice.reason);
+  REQUIRE(choice.index > 0);
+  CHECK(choice.reason ==
+        fmt::format("RoCEv2 GID {} is ::ffff:10.77.0.1, the Nexus's IP", choice.index));
+  CHECK(gid_type_in_sysfs(device, choice.index) == "RoCE v2");
+  // With another Nexus IP, the one RoCEv2 GID with an address; a given index stays
+  const GidChoice other = VerbsTransport(config, "10.77.0.99").gid_choice();
+  CHECK(other.index == choice.index);
+  CHECK_THAT(other.reason, Catch::StartsWith("no RoCEv2 GID is the Nexus's IP 10.77.0.99"));
+  RpcConfig given = config;
+  given.verbs_gid_index = 0;
+  CHECK(VerbsTransport(given, "10.77.0.1").gid_choice().index == 0);
+
+  // Datagrams over RoCEv2/IPv4 carry the sender's IPv4 address as its source
+  VerbsTransport a(config, "10.77.0.1");
+  VerbsTransport b(config, "10.77.0.1");
+  check_datagrams_arrive(a, b);
+  // Through an Rpc: the Nexus's address reaches the transport, which says what it chose
+  ConnectedPair p(RpcConfig{.transport = "verbs"}, "10.77.0.1:0");
+  CHECK(p.server->transport_provider() ==
+        fmt::format("{} port 1, GID {}: {}", device, choice.index, choice.reason));
+  CHECK(p.echo_ok(3000, 4));
+}
+
+TEST_CASE("a GID index below -1 is refused", "[verbs]") {
+  RpcConfig c = verbs_config();
+  c.verbs_gid_index = -2;
+  CHECK_THROWS_WITH(VerbsTransport(c), Catch::Contains("below -1"));
 }

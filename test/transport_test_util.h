@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "rpc/rpc_impl.h"
@@ -82,14 +83,16 @@ inline void check_datagrams_arrive(detail::Transport& a, detail::Transport& b,
 }
 
 // A server Rpc (id 1, echo) and a client Rpc with one connected session,
-// in this thread, both with `config` (its rpc_id is replaced).
+// in this thread, both with `config` (its rpc_id is replaced), on one
+// Nexus at `uri`.
 struct ConnectedPair {
-  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  Nexus nexus;
   std::unique_ptr<Rpc> server;
   std::unique_ptr<Rpc> client;
   SessionNum sn = kInvalidSessionNum;
 
-  explicit ConnectedPair(RpcConfig config) {
+  explicit ConnectedPair(RpcConfig config, const std::string& uri = "127.0.0.1:0")
+      : nexus(NexusConfig{.uri = uri}) {
     REQUIRE(nexus.register_handler(kEcho, echo_into_response));
     config.rpc_id = 1;
     server = std::make_unique<Rpc>(nexus, config);

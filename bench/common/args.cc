@@ -161,7 +161,8 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
     if (value.empty()) throw UsageError("--verbs-device: empty name");
     ep.verbs_device = std::string(value);
   } else if (flag.name == "--gid-index") {
-    ep.gid_index = static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
+    ep.gid_index =
+        value == "auto" ? -1 : static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
   } else if (flag.name == "--fabric-provider") {
     if (value.empty()) throw UsageError("--fabric-provider: empty name");
     ep.fabric_provider = std::string(value);
@@ -204,7 +205,8 @@ std::string endpoint_usage() {
       "  --transport NAME     RpcConfig.transport (default udp)\n"
       "  --mtu BYTES          RpcConfig.mtu_bytes (default {}); must match the server's\n"
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
-      "  --gid-index N        verbs: the GID index to address the port by (default 0)\n"
+      "  --gid-index N|auto   verbs: the GID index to address the port by (default auto:\n"
+      "                       the RoCEv2 GID of the Nexus's IP, else one with an address)\n"
       "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"
       "                       default: the first with RDM endpoints)\n"
       "  --sm-timeout-ms N    NexusConfig.sm_timeout_ms: connect timeout (default 1000)\n"

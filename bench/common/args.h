@@ -68,8 +68,8 @@ struct EndpointOptions {
   std::optional<std::string> client_uri;
   std::string transport = "udp";
   std::size_t mtu = kDefaultMtu;
-  std::string verbs_device;  // empty: the first device with an active port
-  int gid_index = 0;
+  std::string verbs_device;         // empty: the first device with an active port
+  int gid_index = -1;               // -1: RpcConfig's automatic choice
   std::string fabric_provider;      // empty: libfabric's first RDM provider
   uint32_t sm_timeout_ms = 0;       // 0: NexusConfig's default
   uint32_t failure_timeout_ms = 0;  // 0: NexusConfig's default

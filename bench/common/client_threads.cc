@@ -54,6 +54,7 @@ void ClientThreads::run(Worker& w, std::size_t index, rpc::Nexus& nexus,
     }
     ConnectWatch watch;
     rpc::Rpc rpc(nexus, make_rpc_config(config.ep, id, &watch));
+    print_transport_choice(rpc);
     std::vector<ClientSession> sessions;
     for (std::size_t k = 0; k < config.sessions; ++k) {
       const std::size_t server = (index * config.sessions + k) % config.server_threads;

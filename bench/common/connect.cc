@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace bench {
@@ -33,6 +35,14 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
     };
   }
   return config;
+}
+
+void print_transport_choice(const rpc::Rpc& rpc) {
+  static std::atomic<bool> printed{false};
+  const std::string provider = rpc.transport_provider();
+  if (provider.empty() || printed.exchange(true)) return;
+  fmt::print("transport {}: {}\n", rpc.transport_name(), provider);
+  std::fflush(stdout);
 }
 
 std::string local_address_towards(const std::string& server_uri) {

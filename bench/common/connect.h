@@ -29,6 +29,11 @@ struct ConnectWatch {
 rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id,
                                ConnectWatch* watch = nullptr);
 
+// Prints "transport T: <what it chose>" (verbs: device, port, GID and why
+// that GID; fabric: the provider) to stdout, for the first Rpc of the
+// process only; nothing on udp. Any thread.
+void print_transport_choice(const rpc::Rpc& rpc);
+
 // The local IPv4 address the kernel would use to reach server_uri's host
 // (a connected UDP socket sends nothing): librpc needs a concrete address,
 // not 0.0.0.0. Throws RunError.

@@ -35,6 +35,7 @@ void ServerThreads::run(Worker& w, rpc::Nexus& nexus, const EndpointOptions& ep,
     rpc::RpcConfig config = make_rpc_config(ep, id);
     config.context = &w.counters;  // read by the handlers
     rpc::Rpc rpc(nexus, config);
+    print_transport_choice(rpc);
     w.state.store(kRunning, std::memory_order_release);
     while (!stop_.load(std::memory_order_relaxed)) rpc.run_event_loop_once();
     w.final_stats = rpc.stats();

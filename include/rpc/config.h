@@ -47,11 +47,15 @@ struct RpcConfig {
   size_t mtu_bytes = 1500;
   // verbs: the RDMA device (as `ibv_devices` names it; empty: the first
   // device whose port is active), its port, and the GID index to address
-  // it by (RoCE: pick one with an address, see `ibv_devinfo -v`). The
-  // packet size is the smaller of mtu_bytes and the port's active MTU.
+  // it by. -1 (default): choose as RoCE users do: the RoCEv2 GID that is
+  // the Nexus's IP (::ffff:a.b.c.d), else the first RoCEv2 GID with a
+  // routable address, else 0 (InfiniBand; link-local only); Rpc's
+  // transport_provider() says which and why. >= 0: that index (see
+  // `ibv_devinfo -v`); below -1: the Rpc constructor throws. The packet
+  // size is the smaller of mtu_bytes and the port's active MTU.
   std::string verbs_device = {};
   uint8_t verbs_port = 1;
-  int verbs_gid_index = 0;
+  int verbs_gid_index = -1;
   // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
   // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.
   std::string fabric_provider = {};

@@ -131,6 +131,10 @@ class RPC_EXPORT Rpc {
   // Data bytes in one packet on this transport.
   size_t max_data_per_pkt() const;
   const std::string& transport_name() const;
+  // What the transport chose where it had a choice, for people (logs,
+  // benchmark output): fabric: the libfabric provider; verbs: the device,
+  // port and GID index, and why that GID. Empty on udp and fake.
+  std::string transport_provider() const;
 
   detail::RpcImpl& impl() { return *impl_; }
 

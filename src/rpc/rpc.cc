@@ -42,6 +42,7 @@ const RpcStats& Rpc::stats() const { return impl_->stats(); }
 size_t Rpc::max_msg_size() const { return impl_->max_msg_size(); }
 size_t Rpc::max_data_per_pkt() const { return impl_->max_data_per_pkt(); }
 const std::string& Rpc::transport_name() const { return impl_->transport_name(); }
+std::string Rpc::transport_provider() const { return impl_->transport().provider(); }
 
 namespace detail {
 

@@ -32,7 +32,7 @@ Result<std::unique_ptr<Transport>> make_transport(const RpcConfig& config,
     }
 #if RPC_HAVE_VERBS
     if (config.transport == "verbs") {
-      return std::unique_ptr<Transport>(std::make_unique<VerbsTransport>(config));
+      return std::unique_ptr<Transport>(std::make_unique<VerbsTransport>(config, bind_ip));
     }
 #endif
 #if RPC_HAVE_FABRIC

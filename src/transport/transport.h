@@ -103,7 +103,8 @@ class Transport {
 
   virtual const char* name() const = 0;
   // What the transport picked where it had a choice (fabric: the libfabric
-  // provider; verbs: the RDMA device); empty where there was none.
+  // provider; verbs: the RDMA device, port and GID, and why that GID);
+  // empty where there was none.
   virtual std::string provider() const { return {}; }
   virtual TransportCaps caps() const = 0;
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <span>
 
 #include "common/log.h"
 #include "wire/pkt_hdr.h"
@@ -51,12 +52,44 @@ VerbsRoutingInfo verbs_info_of(const RoutingInfo& info) {
 
 uint64_t make_src_key(uint32_t qpn, uint32_t addr_tail) { return uint64_t{qpn} << 32 | addr_tail; }
 
+// The GID to address `port` by: the configured index, or (-1) the one
+// select_gid picks from the port's valid GID table entries.
+GidChoice choose_gid(ibv_context* ctx, uint8_t port, int configured, const std::string& nexus_ip) {
+  if (configured >= 0) {
+    return {configured, fmt::format("verbs_gid_index {} as configured", configured)};
+  }
+  ibv_device_attr da{};
+  ibv_port_attr pa{};
+  if (ibv_query_device(ctx, &da) != 0 || ibv_query_port(ctx, port, &pa) != 0) {
+    fail("querying the device for its GID table failed", errno);
+  }
+  // Room for every port's table: the call fails if the valid entries do not fit.
+  std::vector<ibv_gid_entry> entries(std::max<size_t>(
+      1,
+      static_cast<size_t>(std::max(pa.gid_tbl_len, 0)) * std::max<uint8_t>(da.phys_port_cnt, 1)));
+  const ssize_t n = ibv_query_gid_table(ctx, entries.data(), entries.size(), 0);
+  if (n < 0) {
+    return {0, fmt::format("reading the GID table failed ({}); using GID 0",
+                           std::strerror(static_cast<int>(-n)))};
+  }
+  std::vector<GidEntry> table;
+  for (const ibv_gid_entry& e : std::span(entries.data(), static_cast<size_t>(n))) {
+    if (e.port_num != port) continue;
+    GidEntry& g = table.emplace_back();
+    g.index = e.gid_index;
+    std::memcpy(g.gid.data(), e.gid.raw, g.gid.size());
+    g.type = static_cast<GidType>(e.gid_type);
+    g.present = true;
+  }
+  return select_gid(table, nexus_ip);
+}
+
 }  // namespace
 
-VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_port) {
+VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus_ip)
+    : port_(config.verbs_port) {
   if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
-  if (config.verbs_gid_index < 0) fail("verbs_gid_index is negative", EINVAL);
-  gid_index_ = config.verbs_gid_index;
+  if (config.verbs_gid_index < -1) fail("verbs_gid_index is below -1 (-1: choose)", EINVAL);
   try {
     int num_devices = 0;
     ibv_device** list = ibv_get_device_list(&num_devices);
@@ -103,6 +136,8 @@ VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_por
     caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
     caps_.rx_ring_size = config.rx_ring_size;
 
+    gid_choice_ = choose_gid(ctx_, port_, config.verbs_gid_index, nexus_ip);
+    gid_index_ = gid_choice_.index;
     if (ibv_query_gid(ctx_, port_, gid_index_, &local_gid_) != 0) {
       fail(fmt::format("{} port {} has no GID index {}", device_name_, port_, gid_index_), EINVAL);
     }
@@ -193,8 +228,12 @@ VerbsTransport::VerbsTransport(const RpcConfig& config) : port_(config.verbs_por
     cleanup();
     throw;
   }
-  RPC_LOG_INFO("verbs transport on {} port {} (GID index {}, {} B packets, inline {} B)",
-               device_name_, port_, gid_index_, caps_.max_pkt_bytes, caps_.max_inline_bytes);
+  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, on {}", caps_.max_pkt_bytes,
+               caps_.max_inline_bytes, provider());
+}
+
+std::string VerbsTransport::provider() const {
+  return fmt::format("{} port {}, GID {}: {}", device_name_, port_, gid_index_, gid_choice_.reason);
 }
 
 VerbsTransport::~VerbsTransport() { cleanup(); }

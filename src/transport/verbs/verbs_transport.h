@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/verbs/gid_select.h"
 
 namespace rpc::detail {
 
@@ -43,9 +44,11 @@ inline constexpr size_t kGrhBytes = 40;
 class VerbsTransport final : public Transport {
  public:
   // Opens the device (config.verbs_device, or the first one with an active
-  // port when empty) and creates the UD queue pair. Throws rpc::Error with
-  // what was missing: no device, port down, bad GID index, too large a ring.
-  explicit VerbsTransport(const RpcConfig& config);
+  // port when empty) and creates the UD queue pair. With verbs_gid_index -1
+  // it picks the GID by select_gid (gid_select.h), matching nexus_ip (the
+  // Nexus's address; empty: no match). Throws rpc::Error with what was
+  // missing: no device, port down, bad GID index, too large a ring.
+  explicit VerbsTransport(const RpcConfig& config, const std::string& nexus_ip = {});
   ~VerbsTransport() override;
   VerbsTransport(const VerbsTransport&) = delete;
   VerbsTransport& operator=(const VerbsTransport&) = delete;
@@ -72,8 +75,11 @@ class VerbsTransport final : public Transport {
   bool post_write(const BulkOp&) override { return false; }
   size_t poll_bulk(std::span<BulkCompletion>) override { return 0; }
 
-  std::string provider() const override { return device_name_; }
+  // "rxe0 port 1, GID 1: <why that GID>": what the benchmarks print.
+  std::string provider() const override;
   const std::string& device_name() const { return device_name_; }
+  // The GID index the port is addressed by, and why: configured, or chosen.
+  const GidChoice& gid_choice() const { return gid_choice_; }
   // Send completions that reported an error (the datagram was lost).
   uint64_t tx_errors() const { return tx_errors_; }
   // Address handles held for peers: those some resolved, not yet released
@@ -95,6 +101,7 @@ class VerbsTransport final : public Transport {
   std::string device_name_;
   uint8_t port_ = 1;
   int gid_index_ = 0;
+  GidChoice gid_choice_;
   bool use_grh_ = true;    // RoCE (and IB across subnets): address by GID
   bool ipv4_gid_ = false;  // the GID is IPv4-mapped (RoCEv2 over IPv4)
   ibv_gid local_gid_{};
