@@ -1,11 +1,15 @@
 // The fabric transport itself, with the libfabric providers that run on any
-// Linux machine: tcp;ofi_rxm and shm (the same FI_EP_RDM calls as efa). The
-// engine over fabric is covered by running the [any_transport] integration
-// cases with LIBRPC_TEST_TRANSPORT=fabric (test/meson.build).
+// Linux machine: tcp;ofi_rxm and shm (the same FI_EP_RDM calls as efa), or
+// with the one LIBRPC_TEST_FABRIC_PROVIDER names (test/fabric/
+// run_in_rxe_vm.sh: verbs;ofi_rxm on Soft-RoCE). The engine over fabric is
+// covered by running the [any_transport] integration cases with
+// LIBRPC_TEST_TRANSPORT=fabric (test/meson.build).
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +22,29 @@ using namespace rpc::detail;
 using namespace rpc::test;
 
 namespace {
+
+// The providers the cases run over: LIBRPC_TEST_FABRIC_PROVIDER alone when
+// set, else the two every Linux machine has.
+std::vector<std::string> providers_under_test() {
+  const char* provider = std::getenv("LIBRPC_TEST_FABRIC_PROVIDER");
+  if (provider != nullptr && *provider != '\0') return {provider};
+  return {"tcp;ofi_rxm", "shm"};
+}
+
+// The providers under test that get a bulk path: all but shm, which checks
+// no memory keys (see "over shm, which checks no keys" below).
+std::vector<std::string> bulk_providers() {
+  std::vector<std::string> all = providers_under_test();
+  std::erase(all, "shm");
+  return all;
+}
+
+// For the cases about ofi_rxm (its sources, its sockaddr_in names): the
+// provider under test if it is rxm over something, else tcp;ofi_rxm.
+std::string rxm_provider() {
+  const std::string first = providers_under_test().front();
+  return first.find(";ofi_rxm") != std::string::npos ? first : "tcp;ofi_rxm";
+}
 
 RpcConfig fabric_config(const std::string& provider) {
   return RpcConfig{.transport = "fabric", .fabric_provider = provider, .rx_ring_size = 256};
@@ -35,7 +62,7 @@ constexpr size_t kSockaddrPortOffset = offsetof(FabricRoutingInfo, addr) + 2;
 }  // namespace
 
 TEST_CASE("fabric endpoints exchange datagrams and name their source", "[fabric]") {
-  const std::string provider = GENERATE("tcp;ofi_rxm", "shm");
+  const std::string provider = GENERATE(from_range(providers_under_test()));
   INFO("provider " << provider);
   FabricTransport a(fabric_config(provider), "127.0.0.1");
   FabricTransport b(fabric_config(provider), "127.0.0.1");
@@ -61,9 +88,10 @@ TEST_CASE("fabric endpoints exchange datagrams and name their source", "[fabric]
 
 TEST_CASE("a datagram from an endpoint the receiver never resolved has an unknown source",
           "[fabric]") {
-  // Only tcp;ofi_rxm: shm (1.17) reports such a sender as the first peer in
+  // Only over rxm: shm (1.17) reports such a sender as the first peer in
   // its address vector, which is why the transport ignores shm's sources.
-  const std::string provider = "tcp;ofi_rxm";
+  const std::string provider = rxm_provider();
+  INFO("provider " << provider);
   FabricTransport known(fabric_config(provider), "127.0.0.1");
   FabricTransport rx(fabric_config(provider), "127.0.0.1");
   FabricTransport stranger(fabric_config(provider), "127.0.0.1");
@@ -83,7 +111,7 @@ TEST_CASE("a datagram from an endpoint the receiver never resolved has an unknow
 
 TEST_CASE("a peer's address-vector entry is removed when the last session to it releases it",
           "[fabric]") {
-  const std::string provider = GENERATE("tcp;ofi_rxm", "shm");
+  const std::string provider = GENERATE(from_range(providers_under_test()));
   INFO("provider " << provider);
   FabricTransport a(fabric_config(provider), "127.0.0.1");
   FabricTransport b(fabric_config(provider), "127.0.0.1");
@@ -126,10 +154,12 @@ TEST_CASE("a peer's address-vector entry is removed when the last session to it 
 
 TEST_CASE("thousands of distinct peers coming and going leave no address-vector entries",
           "[fabric]") {
-  // tcp;ofi_rxm addresses are sockaddr_in: other ports make other peers
+  // rxm's addresses are sockaddr_in: other ports make other peers
   // (inserting one connects nothing until a datagram is sent to it).
-  FabricTransport a(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
-  FabricTransport b(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
+  const std::string provider = rxm_provider();
+  INFO("provider " << provider);
+  FabricTransport a(fabric_config(provider), "127.0.0.1");
+  FabricTransport b(fabric_config(provider), "127.0.0.1");
   RoutingInfo b_info;
   b.fill_local_routing_info(b_info);
   REQUIRE(fabric_info_of_test(b_info).addr_len == sizeof(sockaddr_in));
@@ -151,7 +181,7 @@ TEST_CASE("thousands of distinct peers coming and going leave no address-vector 
 }
 
 TEST_CASE("fabric routing info from another transport or with stray bytes is refused", "[fabric]") {
-  FabricTransport a(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
+  FabricTransport a(fabric_config(providers_under_test().front()), "127.0.0.1");
   RoutingInfo good;
   a.fill_local_routing_info(good);
 
@@ -190,7 +220,9 @@ TEST_CASE("with no provider configured, the fabric transport names the one it pi
 }
 
 TEST_CASE("over fabric, large messages travel by one-sided read", "[fabric]") {
-  RpcConfig config = fabric_config("tcp;ofi_rxm");
+  const std::string provider = GENERATE(from_range(bulk_providers()));
+  INFO("provider " << provider);
+  RpcConfig config = fabric_config(provider);
   config.rx_ring_size = 1024;
   ConnectedPair p(config);
   // When requests above the bulk threshold are echoed
@@ -205,7 +237,7 @@ TEST_CASE("over fabric, large messages travel by one-sided read", "[fabric]") {
 }
 
 TEST_CASE("over fabric, a datagram from another endpoint cannot reach a session", "[fabric]") {
-  const std::string provider = GENERATE("tcp;ofi_rxm", "shm");
+  const std::string provider = GENERATE(from_range(providers_under_test()));
   INFO("provider " << provider);
   ConnectedPair p(fabric_config(provider));
   // When an intruder endpoint sends a well-formed request to session 0
@@ -227,8 +259,10 @@ TEST_CASE("over fabric, a datagram from another endpoint cannot reach a session"
 
 TEST_CASE("over fabric, an intruder can neither write nor read beyond a live exposure",
           "[fabric]") {
-  FabricTransport victim(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
-  FabricTransport intruder(fabric_config("tcp;ofi_rxm"), "127.0.0.1");
+  const std::string provider = GENERATE(from_range(bulk_providers()));
+  INFO("provider " << provider);
+  FabricTransport victim(fabric_config(provider), "127.0.0.1");
+  FabricTransport intruder(fabric_config(provider), "127.0.0.1");
   RoutingInfo to_victim;
   victim.fill_local_routing_info(to_victim);
   REQUIRE(intruder.resolve_remote_routing_info(to_victim));
@@ -241,6 +275,8 @@ TEST_CASE("over fabric, an intruder can neither write nor read beyond a live exp
 
 TEST_CASE("over shm, which checks no keys, nothing is exposed: large messages are datagrams",
           "[fabric]") {
+  const std::vector<std::string> providers = providers_under_test();
+  if (std::find(providers.begin(), providers.end(), "shm") == providers.end()) return;
   RpcConfig config = fabric_config("shm");
   config.rx_ring_size = 1024;
   FabricTransport t(config, "127.0.0.1");
@@ -255,7 +291,9 @@ TEST_CASE("over shm, which checks no keys, nothing is exposed: large messages ar
 }
 
 TEST_CASE("over fabric, every exposure ends with its transfer", "[fabric]") {
-  ConnectedPair p(fabric_config("tcp;ofi_rxm"));
+  const std::string provider = GENERATE(from_range(bulk_providers()));
+  INFO("provider " << provider);
+  ConnectedPair p(fabric_config(provider));
   auto exposures = [](Rpc& rpc) {
     return static_cast<FabricTransport&>(rpc.impl().transport()).num_exposures();
   };

@@ -2,7 +2,10 @@
 # The fabric transport between two processes: a latency server and a client
 # over one libfabric provider, as a user on two EFA hosts would run them.
 #
-#   two_processes.sh BENCH_DIR PROVIDER PORT
+#   two_processes.sh BENCH_DIR PROVIDER PORT [LATENCY_ARGS...]
+#
+# LATENCY_ARGS go to both processes, after the script's own (e.g. longer
+# session-management timeouts where the CPU is emulated).
 #
 # Fails if the client fails (every request must come back intact) or the
 # server does not stop cleanly.
@@ -10,10 +13,11 @@ set -u
 bench=${1:?usage: two_processes.sh BENCH_DIR PROVIDER PORT}
 provider=${2:?usage: two_processes.sh BENCH_DIR PROVIDER PORT}
 port=${3:?usage: two_processes.sh BENCH_DIR PROVIDER PORT}
+shift 3
 log=$(mktemp)
 trap 'kill -KILL "$server" 2>/dev/null; rm -f "$log"' EXIT
 "$bench/latency" --mode server --server-uri "127.0.0.1:$port" --transport fabric \
-  --fabric-provider "$provider" >"$log" 2>&1 &
+  --fabric-provider "$provider" "$@" >"$log" 2>&1 &
 server=$!
 for _ in $(seq 100); do
   grep -q "latency server" "$log" && break
@@ -21,7 +25,7 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 "$bench/latency" --mode client --server-uri "127.0.0.1:$port" --transport fabric \
-  --fabric-provider "$provider" --sizes 32,64K,1M --iters 2000 --warmup 100 --duration 5
+  --fabric-provider "$provider" --sizes 32,64K,1M --iters 2000 --warmup 100 --duration 5 "$@"
 rc=$?
 kill -INT "$server"
 wait "$server"

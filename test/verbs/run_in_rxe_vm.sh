@@ -12,21 +12,10 @@
 set -u
 tests=${1:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
 bench=${2:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
-if [ "${LIBRPC_SKIP_RXE_VM:-0}" = 1 ]; then
-  echo "SKIP: LIBRPC_SKIP_RXE_VM=1"
-  exit 77
-fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: the Soft-RoCE VM needs root"
-  exit 77
-fi
 here=$(cd "$(dirname "$0")" && pwd -P)
-vm=$here/../../scripts/rxe-vm.sh
+. "$here/../rxe_vm_common.sh" # skips (77) unless root; sets vm, slow
 # In the guest: the tests, then each benchmark for a moment (they check
-# their own results and exit nonzero on any failed request). The guest CPU
-# is emulated (and the suite may run under ASan): the session-management
-# timeouts are raised so that slowness is not taken for a dead peer.
-slow="--sm-timeout-ms 20000 --failure-timeout-ms 20000"
+# their own results and exit nonzero on any failed request).
 guest_cmd="set -e
 '$tests'
 echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'

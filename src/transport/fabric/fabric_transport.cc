@@ -1,14 +1,18 @@
 // The `fabric` transport: libfabric FI_EP_RDM. See the header.
 #include "transport/fabric/fabric_transport.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <netinet/in.h>
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/log.h"
 #include "common/random.h"
@@ -24,6 +28,15 @@ constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
 // driving progress this many times before the datagram is dropped (the RTO
 // then recovers it), so a stuck peer cannot stall the event loop.
 constexpr int kMaxTxRetries = 256;
+// libfabric 1.17's ofi_rxm over verbs opens, at fi_enable, one device
+// completion queue for all its connections, of (FI_OFI_RXM_MSG_TX_SIZE +
+// FI_OFI_RXM_MSG_RX_SIZE) x FI_UNIVERSE_SIZE entries: (128 + 128) x 1024 =
+// 262,144 with libfabric's defaults, and nothing in our hints changes it.
+// Soft-RoCE (rdma_rxe) allows 32,767 entries per queue, so the default
+// fails there (fi_enable: Invalid argument). 64 makes it 16,384: 64 peers
+// with every queue full before it can overflow, and rxm drains it on every
+// poll. FI_UNIVERSE_SIZE also sizes address vectors initially; they grow.
+constexpr const char* kVerbsUniverseSize = "64";
 
 [[noreturn]] void fail(const std::string& what, int errno_value = 0) {
   throw Error("fabric transport: " + what, errno_value);
@@ -57,6 +70,71 @@ fi_info* make_hints(const std::string& provider, size_t rx_ring_size, bool want_
   return hints;
 }
 
+bool is_verbs(const std::string& provider) { return provider.find("verbs") != std::string::npos; }
+
+// libfabric reads FI_UNIVERSE_SIZE once, when the process first calls it,
+// so the default can only be given before that: by the first fabric
+// transport, if it may use verbs (named, or no provider named) and the
+// user set nothing. Later transports, and processes that called libfabric
+// before, keep what libfabric read; fi_enable's error then says what to set.
+void default_universe_size(const std::string& provider) {
+  static std::once_flag once;
+  std::call_once(once, [&provider] {
+    if (provider.empty() || is_verbs(provider)) setenv("FI_UNIVERSE_SIZE", kVerbsUniverseSize, 0);
+  });
+}
+
+// What to do when fi_enable fails on ofi_rxm over verbs (see above).
+std::string enable_advice(const std::string& provider) {
+  if (!is_verbs(provider)) return "";
+  const char* universe = std::getenv("FI_UNIVERSE_SIZE");
+  return fmt::format(
+      " (ofi_rxm over verbs opens a completion queue of (FI_OFI_RXM_MSG_TX_SIZE + "
+      "FI_OFI_RXM_MSG_RX_SIZE) x FI_UNIVERSE_SIZE entries, which may exceed the device's "
+      "max_cqe; FI_UNIVERSE_SIZE is {}: set it to {} before the process first calls libfabric)",
+      universe != nullptr ? universe : "unset (1024)", kVerbsUniverseSize);
+}
+
+// An endpoint name peers cannot connect to: an IP provider's wildcard
+// address, or a link-local IPv6 one (its interface index means nothing on
+// another host). The verbs provider names its endpoint by the link-local
+// address of the RDMA device's netdev when that has no IPv4 address
+// (rdma_cm addresses by IP), and libfabric 1.17's rxm then crashes
+// (SIGSEGV) when a peer connects: seen on Soft-RoCE.
+bool unreachable_name(const uint8_t* addr, size_t len, uint32_t addr_format) {
+  if (addr_format == FI_SOCKADDR_IN && len >= sizeof(sockaddr_in)) {
+    sockaddr_in sin;
+    std::memcpy(&sin, addr, sizeof(sin));
+    return sin.sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (addr_format == FI_SOCKADDR_IN6 && len >= sizeof(sockaddr_in6)) {
+    sockaddr_in6 sin6;
+    std::memcpy(&sin6, addr, sizeof(sin6));
+    return IN6_IS_ADDR_UNSPECIFIED(&sin6.sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&sin6.sin6_addr);
+  }
+  return false;
+}
+
+// An endpoint name for the log: ip:port where it is one, else hex.
+std::string describe_name(const uint8_t* addr, size_t len, uint32_t addr_format) {
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (addr_format == FI_SOCKADDR_IN && len >= sizeof(sockaddr_in)) {
+    sockaddr_in sin;
+    std::memcpy(&sin, addr, sizeof(sin));
+    inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
+    return fmt::format("{}:{}", ip, ntohs(sin.sin_port));
+  }
+  if (addr_format == FI_SOCKADDR_IN6 && len >= sizeof(sockaddr_in6)) {
+    sockaddr_in6 sin6;
+    std::memcpy(&sin6, addr, sizeof(sin6));
+    inet_ntop(AF_INET6, &sin6.sin6_addr, ip, sizeof(ip));
+    const std::string scope =
+        sin6.sin6_scope_id != 0 ? fmt::format("%{}", sin6.sin6_scope_id) : std::string();
+    return fmt::format("[{}{}]:{}", ip, scope, ntohs(sin6.sin6_port));
+  }
+  return fmt::format("{:02x}", fmt::join(addr, addr + len, ""));
+}
+
 // The providers that offer an RDM endpoint here, in libfabric's order of
 // preference, for error messages and the log ("tcp;ofi_rxm, shm").
 std::string rdm_providers() {
@@ -82,6 +160,7 @@ std::string rdm_providers() {
 
 FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bind_ip) {
   if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
+  default_universe_size(config.fabric_provider);
   try {
     // Best first: sources and RMA; then without what the provider lacks.
     // Where the provider addresses by IP, bind to the Nexus's address.
@@ -189,7 +268,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     if (rc == 0) rc = fi_ep_bind(ep_, &rx_cq_->fid, FI_RECV);
     if (rc != 0) fail("fi_ep_bind: " + fi_error(rc));
     rc = fi_enable(ep_);
-    if (rc != 0) fail("fi_enable: " + fi_error(rc));
+    if (rc != 0) fail("fi_enable: " + fi_error(rc) + enable_advice(provider_));
     size_t addr_len = local_addr_.size();
     rc = fi_getname(&ep_->fid, local_addr_.data(), &addr_len);
     if (rc != 0) {
@@ -197,6 +276,12 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
                        local_addr_.size()));
     }
     local_addr_len_ = addr_len;
+    if (unreachable_name(local_addr_.data(), addr_len, info_->addr_format)) {
+      fail(fmt::format("{} named the endpoint {}, which peers cannot connect to (verbs: give the "
+                       "RDMA device's network device an IPv4 address)",
+                       provider_, describe_name(local_addr_.data(), addr_len, info_->addr_format)),
+           EADDRNOTAVAIL);
+    }
 
     tx_ctx_.resize(tx_depth);
     tx_free_.reserve(tx_depth);
@@ -220,9 +305,10 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     throw;
   }
   RPC_LOG_INFO(
-      "fabric transport: provider {}, {} B packets, inject {} B, sources {}, bulk {} ({} "
-      "addresses)",
-      provider_, caps_.max_pkt_bytes, caps_.max_inline_bytes, has_source_, caps_.bulk,
+      "fabric transport: provider {}, endpoint {}, {} B packets, inject {} B, sources {}, bulk {} "
+      "({} addresses)",
+      provider_, describe_name(local_addr_.data(), local_addr_len_, info_->addr_format),
+      caps_.max_pkt_bytes, caps_.max_inline_bytes, has_source_, caps_.bulk,
       virt_addr_ ? "virtual" : "offset");
 }
 
