@@ -77,10 +77,18 @@ bool is_verbs(const std::string& provider) { return provider.find("verbs") != st
 // transport, if it may use verbs (named, or no provider named) and the
 // user set nothing. Later transports, and processes that called libfabric
 // before, keep what libfabric read; fi_enable's error then says what to set.
-void default_universe_size(const std::string& provider) {
+//
+// The same goes for libfabric's memory-registration caches (verbs, efa):
+// they hand every registration of the same pages one registration made
+// with all access rights, so an exposure's key would also write, and reach
+// the whole region (a test over verbs;ofi_rxm showed both). They are
+// turned off unless the user set them; exposures_are_distinct() checks.
+void default_fabric_settings(const std::string& provider) {
   static std::once_flag once;
   std::call_once(once, [&provider] {
     if (provider.empty() || is_verbs(provider)) setenv("FI_UNIVERSE_SIZE", kVerbsUniverseSize, 0);
+    setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
+    setenv("FI_EFA_MR_CACHE_ENABLE", "0", 0);
   });
 }
 
@@ -160,7 +168,7 @@ std::string rdm_providers() {
 
 FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bind_ip) {
   if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
-  default_universe_size(config.fabric_provider);
+  default_fabric_settings(config.fabric_provider);
   try {
     // Best first: sources and RMA; then without what the provider lacks.
     // Where the provider addresses by IP, bind to the Nexus's address.
@@ -293,6 +301,14 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     auto ring_reg = register_memory(ring_mem_.data(), ring_mem_.size());
     if (!ring_reg) fail(ring_reg.error());
     ring_desc_ = ring_reg->desc;
+    if (caps_.bulk && !exposures_are_distinct(*ring_reg)) {
+      caps_.bulk = false;
+      RPC_LOG_WARN(
+          "fabric transport: {} hands out one registration for registrations of the same "
+          "pages (a registration cache: FI_MR_CACHE_MAX_COUNT, FI_EFA_MR_CACHE_ENABLE), so an "
+          "exposure would not be read-only or bounded; large messages go as datagrams",
+          provider_);
+    }
     rx_ctx_.resize(caps_.rx_ring_size);
     handed_out_.assign(caps_.rx_ring_size, 0);
     for (uint32_t i = 0; i < caps_.rx_ring_size; i++) {
@@ -650,6 +666,17 @@ bool FabricTransport::expose_for_read(const void* addr, size_t len, Exposure& ou
   }
   out = Exposure{virt_addr_ ? reinterpret_cast<uint64_t>(addr) : 0, fi_mr_key(mr), handle};
   return true;
+}
+
+// An exposure must be a registration of its own: with a registration
+// cache, exposing part of the RX ring returns the ring's registration (same
+// key), made with every access right and covering the whole ring.
+bool FabricTransport::exposures_are_distinct(const MemReg& ring) {
+  Exposure e;
+  if (!expose_for_read(ring_mem_.data(), caps_.max_pkt_bytes, e)) return false;
+  const bool distinct = e.key != fi_mr_key(regions_[ring.lkey].mr);
+  revoke_exposure(e);
+  return distinct;
 }
 
 void FabricTransport::revoke_exposure(Exposure& exposure) {

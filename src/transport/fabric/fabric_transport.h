@@ -98,6 +98,7 @@ class FabricTransport final : public Transport {
   // fi_mr_reg with a key of ours where the provider takes requested keys
   // (random, retried if taken), bound to the endpoint where it must be.
   int register_region(const void* addr, size_t len, uint64_t access, fid_mr** mr);
+  bool exposures_are_distinct(const MemReg& ring);
   bool post_rma(const BulkOp& op, bool write);
   void post_recv(uint32_t index);
   void progress_tx();  // reaps send and bulk completions
