@@ -263,13 +263,8 @@ TEST_CASE("over fabric, an intruder can neither write nor read beyond a live exp
   INFO("provider " << provider);
   FabricTransport victim(fabric_config(provider), "127.0.0.1");
   FabricTransport intruder(fabric_config(provider), "127.0.0.1");
-  RoutingInfo to_victim;
-  victim.fill_local_routing_info(to_victim);
-  REQUIRE(intruder.resolve_remote_routing_info(to_victim));
-  RoutingInfo to_intruder;
-  intruder.fill_local_routing_info(to_intruder);
-  REQUIRE(victim.resolve_remote_routing_info(to_intruder));
-  BulkAttack{victim, intruder, to_victim, {}}.run();
+  const RoutePair routes = resolve_each_other(intruder, victim);
+  BulkAttack{victim, intruder, routes.to_b, {}}.run();
   CHECK(victim.num_exposures() == 0);
 }
 

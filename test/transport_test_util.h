@@ -58,14 +58,24 @@ inline bool receive_one(detail::Transport& rx, detail::RxPacket& out,
 // Sends a full-size datagram (zero copy) and a bare header (inlined or
 // injected) from a to b. Expects both whole, with the source key b
 // expects of a.
+// Routes between two endpoints, each resolved by the other: a's route to
+// b, and b's route to a.
+struct RoutePair {
+  detail::RoutingInfo to_b;
+  detail::RoutingInfo to_a;
+};
+inline RoutePair resolve_each_other(detail::Transport& a, detail::Transport& b) {
+  RoutePair r;
+  b.fill_local_routing_info(r.to_b);
+  REQUIRE(a.resolve_remote_routing_info(r.to_b));
+  a.fill_local_routing_info(r.to_a);
+  REQUIRE(b.resolve_remote_routing_info(r.to_a));
+  return r;
+}
+
 inline void check_datagrams_arrive(detail::Transport& a, detail::Transport& b,
                                    const std::function<void()>& progress = {}) {
-  detail::RoutingInfo to_b;
-  b.fill_local_routing_info(to_b);
-  REQUIRE(a.resolve_remote_routing_info(to_b));
-  detail::RoutingInfo to_a;
-  a.fill_local_routing_info(to_a);
-  REQUIRE(b.resolve_remote_routing_info(to_a));
+  const auto [to_b, to_a] = resolve_each_other(a, b);
   const detail::TransportCaps caps = a.caps();
   TxBuffer buf(a, caps.max_pkt_bytes);
   for (size_t i = 0; i < buf.bytes.size(); i++) buf.bytes[i] = pattern_byte(i, 5);

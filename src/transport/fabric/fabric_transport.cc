@@ -338,10 +338,7 @@ void FabricTransport::cleanup() noexcept {
     if (r.mr != nullptr) fi_close(&r.mr->fid);
     r = Region{};
   }
-  for (fid_mr*& mr : exposures_) {
-    if (mr != nullptr) fi_close(&mr->fid);
-    mr = nullptr;
-  }
+  exposures_.drain([](fid_mr* mr) { fi_close(&mr->fid); });
   if (av_ != nullptr) fi_close(&av_->fid);
   if (tx_cq_ != nullptr) fi_close(&tx_cq_->fid);
   if (rx_cq_ != nullptr) fi_close(&rx_cq_->fid);
@@ -655,16 +652,8 @@ bool FabricTransport::expose_for_read(const void* addr, size_t len, Exposure& ou
     RPC_LOG_DEBUG("fabric transport: exposing {} bytes failed: {}", len, fi_error(rc));
     return false;
   }
-  uint32_t handle;
-  if (!free_exposures_.empty()) {
-    handle = free_exposures_.back();
-    free_exposures_.pop_back();
-    exposures_[handle] = mr;
-  } else {
-    handle = static_cast<uint32_t>(exposures_.size());
-    exposures_.push_back(mr);
-  }
-  out = Exposure{virt_addr_ ? reinterpret_cast<uint64_t>(addr) : 0, fi_mr_key(mr), handle};
+  out = Exposure{virt_addr_ ? reinterpret_cast<uint64_t>(addr) : 0, fi_mr_key(mr),
+                 exposures_.add(mr)};
   return true;
 }
 
@@ -681,11 +670,7 @@ bool FabricTransport::exposures_are_distinct(const MemReg& ring) {
 
 void FabricTransport::revoke_exposure(Exposure& exposure) {
   if (!exposure.active()) return;
-  if (exposure.handle < exposures_.size() && exposures_[exposure.handle] != nullptr) {
-    fi_close(&exposures_[exposure.handle]->fid);
-    exposures_[exposure.handle] = nullptr;
-    free_exposures_.push_back(exposure.handle);
-  }
+  if (fid_mr* mr = exposures_.take(exposure.handle); mr != nullptr) fi_close(&mr->fid);
   exposure = Exposure{};
 }
 

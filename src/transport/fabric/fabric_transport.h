@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/handle_table.h"
 #include "transport/transport.h"
 
 namespace rpc::detail {
@@ -66,7 +67,7 @@ class FabricTransport final : public Transport {
   void revoke_exposure(Exposure& exposure) override;
   void quiesce_bulk() override;
   // Live exposures (tests: every transfer's exposure ends).
-  size_t num_exposures() const { return exposures_.size() - free_exposures_.size(); }
+  size_t num_exposures() const { return exposures_.live(); }
   bool post_read(const BulkOp& op) override { return post_rma(op, /*write=*/false); }
   bool post_write(const BulkOp& op) override { return post_rma(op, /*write=*/true); }
   size_t poll_bulk(std::span<BulkCompletion> out) override;
@@ -167,9 +168,7 @@ class FabricTransport final : public Transport {
   std::vector<uint32_t> free_region_ids_;
   bool prov_key_ = false;
   uint64_t key_mask_ = UINT64_MAX;  // requested keys fit mr_key_size bytes
-  // Live exposures by handle; freed handles are reused.
-  std::vector<fid_mr*> exposures_;
-  std::vector<uint32_t> free_exposures_;
+  HandleTable<fid_mr*> exposures_;  // live exposures
   // One address-vector entry per remote endpoint name: sessions to the
   // same peer share it, so the source libfabric reports matches them all.
   // Counted: removed from the address vector when the last session to

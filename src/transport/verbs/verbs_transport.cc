@@ -241,10 +241,7 @@ VerbsTransport::~VerbsTransport() { cleanup(); }
 void VerbsTransport::cleanup() noexcept {
   if (qp_ != nullptr) ibv_destroy_qp(qp_);
   qp_ = nullptr;
-  for (ibv_mr* mr : exposures_) {
-    if (mr != nullptr) ibv_dereg_mr(mr);
-  }
-  exposures_.clear();
+  exposures_.drain([](ibv_mr* mr) { ibv_dereg_mr(mr); });
   for (auto& [key, entry] : ahs_) ibv_destroy_ah(entry.ah);
   ahs_.clear();
   for (const RetiredAh& r : retired_ahs_) ibv_destroy_ah(r.ah);
@@ -498,26 +495,13 @@ bool VerbsTransport::expose_for_read(const void* addr, size_t len, Exposure& out
     RPC_LOG_DEBUG("verbs transport: exposing {} bytes failed: {}", len, std::strerror(errno));
     return false;
   }
-  uint32_t handle;
-  if (!free_exposures_.empty()) {
-    handle = free_exposures_.back();
-    free_exposures_.pop_back();
-    exposures_[handle] = mr;
-  } else {
-    handle = static_cast<uint32_t>(exposures_.size());
-    exposures_.push_back(mr);
-  }
-  out = Exposure{reinterpret_cast<uint64_t>(addr), mr->rkey, handle};
+  out = Exposure{reinterpret_cast<uint64_t>(addr), mr->rkey, exposures_.add(mr)};
   return true;
 }
 
 void VerbsTransport::revoke_exposure(Exposure& exposure) {
   if (!exposure.active()) return;
-  if (exposure.handle < exposures_.size() && exposures_[exposure.handle] != nullptr) {
-    ibv_dereg_mr(exposures_[exposure.handle]);
-    exposures_[exposure.handle] = nullptr;
-    free_exposures_.push_back(exposure.handle);
-  }
+  if (ibv_mr* mr = exposures_.take(exposure.handle); mr != nullptr) ibv_dereg_mr(mr);
   exposure = Exposure{};
 }
 

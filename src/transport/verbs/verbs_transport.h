@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/handle_table.h"
 #include "transport/transport.h"
 #include "transport/verbs/gid_select.h"
 
@@ -153,9 +154,7 @@ class VerbsTransport final : public Transport {
   static constexpr std::chrono::milliseconds kRetiredAhGrace{100};
   std::vector<RetiredAh> retired_ahs_;
 
-  // Live exposures by handle; freed handles are reused.
-  std::vector<ibv_mr*> exposures_;
-  std::vector<uint32_t> free_exposures_;
+  HandleTable<ibv_mr*> exposures_;  // live exposures
 };
 
 }  // namespace rpc::detail
