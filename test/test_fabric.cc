@@ -300,3 +300,21 @@ TEST_CASE("over fabric, every exposure ends with its transfer", "[fabric]") {
   for (int i = 0; i < 8; i++) REQUIRE(p.echo_ok(64, 4));
   CHECK(exposures(*p.server) == 0);
 }
+
+// Run by test/fabric/run_in_rxe_vm.sh with FI_MR_CACHE_MAX_COUNT set: a
+// provider whose registration cache hands an exposure the cached
+// registration of the whole region (verbs;ofi_rxm) gets no bulk path.
+TEST_CASE("a registration cache that merges exposures with local registrations turns bulk off",
+          "[.][mr_cache]") {
+  const char* cache = std::getenv("FI_MR_CACHE_MAX_COUNT");
+  REQUIRE(cache != nullptr);
+  REQUIRE(std::string(cache) != "0");
+  const std::string provider = providers_under_test().front();
+  INFO("provider " << provider);
+  RpcConfig config = fabric_config(provider);
+  FabricTransport t(config, "127.0.0.1");
+  CHECK_FALSE(t.caps().bulk);
+  ConnectedPair p(config);
+  CHECK(p.echo_ok(size_t{1} << 20, 7));  // as datagrams
+  CHECK(p.server->stats().bulk_reads == 0);
+}

@@ -44,6 +44,9 @@ grep -q 'peers cannot connect to' /tmp/noip.log
 ip addr add 10.77.0.1/24 dev \"\$ndev\"
 echo \"--- [\$SECONDS s] fabric_tests over verbs;ofi_rxm (\$ndev: 10.77.0.1)\"
 '$fabric_tests'
+echo \"--- [\$SECONDS s] with libfabric's registration cache on, exposures would share the region's\"
+echo '    read-write registration: the transport must refuse bulk'
+FI_MR_CACHE_MAX_COUNT=1024 '$fabric_tests' '[mr_cache]'
 if [ \"\${LIBRPC_TEST_FABRIC_VM_INTEGRATION:-0}\" = 1 ]; then
   echo \"--- [\$SECONDS s] [any_transport] integration cases over verbs;ofi_rxm\"
   LIBRPC_TEST_TRANSPORT=fabric '$integration_tests' '[any_transport]'
