@@ -4,6 +4,7 @@
 // with an intruder endpoint for the source check.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -205,8 +206,14 @@ struct BulkAttack {
     const detail::Exposure live = exposure;
     // The intruder's own buffer.
     TxBuffer mine(intruder, 64 << 10);
+    // A read that fails must not have written the intruder's buffer either.
+    bool failed_read_wrote = false;
     auto read = [&](uint64_t addr, uint64_t key, uint32_t len) {
-      return attempt(false, mine.bytes.data(), mine.reg, addr, key, len);
+      std::fill(mine.bytes.begin(), mine.bytes.end(), 0xEE);
+      const bool ok = attempt(false, mine.bytes.data(), mine.reg, addr, key, len);
+      if (!ok && std::any_of(mine.bytes.begin(), mine.bytes.end(), [](uint8_t b) { return b != 0xEE; }))
+        failed_read_wrote = true;
+      return ok;
     };
     auto write = [&](uint64_t addr, uint64_t key, uint32_t len) {
       std::fill(mine.bytes.begin(), mine.bytes.end(), 0xEE);
@@ -249,6 +256,7 @@ struct BulkAttack {
     victim.revoke_exposure(exposure);
     CHECK_FALSE(read(at(0), live.key, kExposedLen));
     CHECK_FALSE(read(at(0), live.key, 64));
+    CHECK_FALSE(failed_read_wrote);
     // And nothing of the victim's changed.
     CHECK(std::memcmp(secret.bytes.data(), original.data(), original.size()) == 0);
   }

@@ -50,6 +50,8 @@ FabricRoutingInfo fabric_info_of(const RoutingInfo& info) {
   return f;
 }
 
+bool is_shm(const std::string& provider) { return provider.rfind("shm", 0) == 0; }
+
 // The hints: an RDM endpoint for untagged messages, RMA reads and writes if
 // the provider has them, the source of each message if it can say, and
 // every memory-registration mode we can follow.
@@ -64,6 +66,12 @@ fi_info* make_hints(const std::string& provider, size_t rx_ring_size, bool want_
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+  // shm (libfabric 1.17) with virtual addressing does RMA itself, through
+  // CMA, at whatever address the initiator names, without checking keys or
+  // access rights (a test read unexposed memory with guessed keys and wrote
+  // through a read-only key). With offset addressing every RMA goes through
+  // the target, which checks both.
+  if (is_shm(provider)) hints->domain_attr->mr_mode &= ~FI_MR_VIRT_ADDR;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;  // one Rpc, one thread
   hints->rx_attr->size = rx_ring_size;               // 0: the provider's default
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
@@ -212,7 +220,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // entry for as fi_addr 0 instead of FI_ADDR_NOTAVAIL, i.e. as whichever
     // peer was inserted first (test_fabric.cc, "never resolved"), so its
     // sources cannot tell a peer from a stranger: not used.
-    has_source_ = (info_->caps & FI_SOURCE) != 0 && provider_.rfind("shm", 0) != 0;
+    has_source_ = (info_->caps & FI_SOURCE) != 0 && !is_shm(provider_);
     const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
     virt_addr_ = (mr_mode & FI_MR_VIRT_ADDR) != 0;
     prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
@@ -224,12 +232,19 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // offsets into the exposed payload.
     caps_.bulk =
         (info_->caps & FI_RMA) != 0 && (mr_mode & FI_MR_RAW) == 0 && key_size <= sizeof(uint64_t);
-    // shm (libfabric 1.17) checks neither keys nor access rights: a peer's
-    // fi_read and fi_write reach any address of ours (through CMA) whatever
-    // key they name (test_fabric.cc, "an intruder ..."). Bulk would rest on
-    // nothing there, so large messages go as datagrams (shm moves large
-    // sends through CMA itself). See docs/transports.md.
-    if (provider_.rfind("shm", 0) == 0) caps_.bulk = false;
+    // No bulk on shm. With virtual addressing it checks no keys (see
+    // make_hints); with offset addressing it checks them, but never answers
+    // an RMA it refuses, so a sender naming a bad key would stall our read
+    // (and hold its buffer) for good. Large messages go as datagrams.
+    if (is_shm(provider_)) {
+      caps_.bulk = false;
+      if (virt_addr_) {
+        RPC_LOG_WARN(
+            "fabric transport: shm came with virtual addressing, under which it does RMA "
+            "without checking memory keys: peers on this host can read and write this "
+            "process's memory through it. Name the provider 'shm' to get offset addressing");
+      }
+    }
 
     caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
     if (caps_.max_pkt_bytes < kMinPktBytes) {
