@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
   libfmt-dev libasio-dev catch2
-  libibverbs-dev rdma-core libfabric-dev
+  libibverbs-dev rdma-core perftest libfabric-dev
   clang libclang-rt-14-dev iproute2 python3
 )
 

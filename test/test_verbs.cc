@@ -34,7 +34,7 @@ TEST_CASE("the verbs transport opens a device and sends datagrams within the por
   CHECK(caps.max_pkt_bytes <= RpcConfig{}.mtu_bytes);
   CHECK(caps.max_data_per_pkt == caps.max_pkt_bytes - kPktHeaderBytes);
   CHECK(caps.max_inline_bytes >= kPktHeaderBytes);
-  CHECK_FALSE(caps.bulk);
+  CHECK(caps.bulk);  // RC READ (test_verbs_rc.cc)
   // A full-size datagram goes out zero copy, a bare header inlined; both
   // arrive whole with a's source key (QPN + GID from the GRH)
   check_datagrams_arrive(a, b);
@@ -54,7 +54,7 @@ TEST_CASE("verbs routing info from another transport or with stray bytes is refu
   CHECK_FALSE(a.resolve_remote_routing_info(no_qp));
 
   RoutingInfo stray = good;
-  stray.bytes[30] = 1;  // where the resolved address handle goes
+  stray.bytes[44] = 1;  // where the resolved indices go
   CHECK_FALSE(a.resolve_remote_routing_info(stray));
 
   RoutingInfo udp_like{};  // what the udp transport sends

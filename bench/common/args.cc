@@ -170,6 +170,9 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
     ep.sm_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
   } else if (flag.name == "--failure-timeout-ms") {
     ep.failure_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
+  } else if (flag.name == "--bulk-threshold") {
+    ep.bulk_threshold_bytes =
+        static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, uint64_t{1} << 40));
   } else {
     return false;
   }
@@ -213,7 +216,11 @@ std::string endpoint_usage() {
       "  --failure-timeout-ms N\n"
       "                       NexusConfig.failure_timeout_ms: a silent peer is declared\n"
       "                       failed after this long (default 1000); raise it where a\n"
-      "                       busy-polling peer may not get a CPU for a while\n",
+      "                       busy-polling peer may not get a CPU for a while\n"
+      "  --bulk-threshold BYTES\n"
+      "                       RpcConfig.bulk_threshold_bytes: larger messages go by\n"
+      "                       one-sided read where the transport has it (default 16384;\n"
+      "                       a huge value keeps every message on datagrams)\n",
       kDefaultMtu);
 }
 

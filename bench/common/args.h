@@ -73,13 +73,14 @@ struct EndpointOptions {
   std::string fabric_provider;      // empty: libfabric's first RDM provider
   uint32_t sm_timeout_ms = 0;       // 0: NexusConfig's default
   uint32_t failure_timeout_ms = 0;  // 0: NexusConfig's default
+  std::size_t bulk_threshold_bytes = 0;  // 0: RpcConfig's default
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
 inline constexpr std::string_view kEndpointFlags[] = {
     "--mode",          "--server-uri",        "--client-uri", "--transport",
     "--mtu",           "--verbs-device",      "--gid-index",  "--fabric-provider",
-    "--sm-timeout-ms", "--failure-timeout-ms"};
+    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

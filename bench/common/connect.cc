@@ -23,6 +23,7 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   config.verbs_device = ep.verbs_device;
   config.verbs_gid_index = ep.gid_index;
   config.fabric_provider = ep.fabric_provider;
+  if (ep.bulk_threshold_bytes != 0) config.bulk_threshold_bytes = ep.bulk_threshold_bytes;
   if (watch != nullptr) {
     config.session_callback = [watch](rpc::SessionNum sn, rpc::SessionEvent event, rpc::SmErr err) {
       if (event == rpc::SessionEvent::kConnectFailed && !watch->failed) {

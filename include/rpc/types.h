@@ -48,6 +48,8 @@ enum class SmErr : uint8_t {
   kRemoteRpcGone,       // the remote Rpc was destroyed (its process lives on)
   kRequestTimeout,      // a request made no progress for RpcConfig::request_timeout_ms
   kOutOfMemory,         // the remote could not allocate the session's buffers
+  kBulkPathFailed,      // the connection one-sided transfers use failed (verbs RC QP in error:
+                        // the peer died, retries ran out, a remote access error)
 };
 
 RPC_EXPORT std::string_view to_string(SessionEvent event);

@@ -80,6 +80,9 @@ std::string_view to_string(SmErr err) {
       return "a request made no progress within request_timeout_ms";
     case SmErr::kOutOfMemory:
       return "the remote could not allocate the session's buffers";
+    case SmErr::kBulkPathFailed:
+      return "the connection for large-message transfers (RDMA RC) failed: peer gone or "
+             "unreachable, or a remote access error";
   }
   return "unknown reason";
 }

@@ -229,6 +229,34 @@ void RpcImpl::poll_bulk() {
     slot.bulk_read = kNoBulkRead;
     client_complete(slot, Errc::kOk, slot.resp->size());
   }
+  // Connections that failed (their reads were reported above): every
+  // session over them is ended, with the reason.
+  std::array<uint64_t, 4> failed;
+  const size_t num_failed = transport_->poll_failed_bulk_paths(failed);
+  for (size_t i = 0; i < num_failed; i++) reset_failed_bulk_path(failed[i]);
+}
+
+// Client sessions over the path are reset (the server is asked to free its
+// end; kSessionReset to every outstanding request, SmErr::kBulkPathFailed to
+// the session callback); server sessions are ended, as for a dead client. A
+// new connect builds a new connection.
+void RpcImpl::reset_failed_bulk_path(uint64_t path) {
+  RPC_LOG_WARN("Rpc {}: a bulk-transfer connection failed; resetting its sessions", config_.rpc_id);
+  stats_.bulk_paths_failed++;
+  // By index: continuations may create sessions while this runs.
+  for (size_t sn = 0; sn < sessions_.size(); sn++) {
+    Session* s = sessions_[sn].get();
+    if (s == nullptr || !s->route_resolved || transport_->bulk_path_of(s->remote_route) != path) {
+      continue;
+    }
+    if (!s->is_client()) {
+      if (s->state == SessionState::kDraining) continue;
+      stats_.sessions_reset++;
+      end_server_session(*s);
+    } else if (s->state == SessionState::kConnected) {
+      reset_client_session(*s, Errc::kSessionReset, SmErr::kBulkPathFailed, /*send_disc=*/true);
+    }
+  }
 }
 
 // ~Rpc: every read still in flight must be over before its buffer goes

@@ -184,6 +184,7 @@ class RpcImpl {
   void orphan_client_read(ClientSlot& slot, Continuation cont, const Completion& completion);
   void finish_orphan(uint32_t index);
   void poll_bulk();
+  void reset_failed_bulk_path(uint64_t path);
   void drain_bulk_reads();
   // pkt_loss.cc
   void scan_for_loss();
@@ -200,7 +201,8 @@ class RpcImpl {
   void handle_remote_failure(const NetAddr& remote, uint64_t incarnation);
   void hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation);
   void handle_session_reset_req(const SmDelivery& d);
-  void send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn);
+  void send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn,
+                    const Session* accepted = nullptr);
   void send_disconnect(Session& session);
   void send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, SessionNum client_sn,
                            SessionNum server_sn, uint64_t token);

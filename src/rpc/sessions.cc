@@ -94,6 +94,7 @@ void RpcImpl::free_session(Session& session) {
   }
   if (session.holds_remote_ref) nexus_.release_remote(session.remote_nexus);
   if (session.route_resolved) transport_->release_remote_routing_info(session.remote_route);
+  if (session.offer_pending) transport_->cancel_connect(session.local_offer);
   const SessionNum sn = session.local_num;
   sessions_[sn].reset();
   free_session_nums_.push_back(sn);

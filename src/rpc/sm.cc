@@ -60,6 +60,14 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   m.client_session_num = s->local_num;
   m.token = s->sm_token;
   m.routing = local_route_;
+  // Names the server Rpc to transports that keep one connection per pair of
+  // Rpcs (verbs RC): the Nexus address and the rpc_id.
+  if (!transport_->prepare_connect(m.routing, addr->key() << 8 | remote_rpc_id)) {
+    free_session(*s);
+    return Failure{"create_session: the transport cannot set up a connection (out of resources)"};
+  }
+  s->local_offer = m.routing;
+  s->offer_pending = true;
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
   nexus_.sm_send_request(m, *addr);
@@ -124,13 +132,16 @@ void RpcImpl::send_session_reset(Session& session) {
   nexus_.sm_send_session_reset(m, session.remote_nexus);
 }
 
-void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn) {
+void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, SessionNum server_sn,
+                           const Session* accepted) {
   SmMsg resp = req;
   resp.type = sm_response_type(req.type);
   resp.err = err;
   resp.transport = transport_kind_;
   resp.server_session_num = server_sn;
   resp.routing = err == SmErr::kNone ? local_route_ : RoutingInfo{};
+  // A connect answer carries what the transport set up for this client.
+  if (accepted != nullptr) transport_->fill_connect_answer(accepted->remote_route, resp.routing);
   resp.routing_len = err == SmErr::kNone ? RoutingInfo::kMaxBytes : 0;
   resp.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
   if (err != SmErr::kNone) stats_.sm_refused++;
@@ -162,7 +173,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
     const Session* s = sessions_[it->second].get();
     if (s != nullptr && s->remote_nexus == d.from && s->remote_rpc_id == m.client_rpc_id &&
         s->remote_num == m.client_session_num) {
-      send_sm_resp(m, d.from, SmErr::kNone, s->local_num);
+      send_sm_resp(m, d.from, SmErr::kNone, s->local_num, s);
     }
     return;
   }
@@ -207,7 +218,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   bind_to_connect(*s, m.token);
   server_sessions_by_token_[m.token] = s->local_num;
   stats_.sessions_created++;
-  send_sm_resp(m, d.from, SmErr::kNone, s->local_num);
+  send_sm_resp(m, d.from, SmErr::kNone, s->local_num, s);
 }
 
 void RpcImpl::handle_connect_resp(const SmDelivery& d) {
@@ -241,8 +252,12 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   if (err == SmErr::kNone && m.max_data_per_pkt != caps_.max_data_per_pkt) {
     err = SmErr::kPktSizeMismatch;
   }
-  if (err == SmErr::kNone && !transport_->resolve_remote_routing_info(route)) {
-    err = SmErr::kInvalidRoutingInfo;
+  if (err == SmErr::kNone) {
+    if (transport_->resolve_connect_answer(route, s.local_offer)) {
+      s.offer_pending = false;  // used up by the answer
+    } else {
+      err = SmErr::kInvalidRoutingInfo;
+    }
   }
   if (err != SmErr::kNone) {
     RPC_LOG_INFO("session {} to {} rpc {}: connect failed: {}", sn, s.remote_nexus.to_string(),

@@ -191,6 +191,10 @@ struct Session {
   uint64_t remote_incarnation = 0;  // of the remote Nexus, learned at connect
   bool holds_remote_ref = false;    // the Nexus watches remote_nexus for us
   bool route_resolved = false;      // remote_route holds a transport reference
+  // Client, while connecting: the routing info its connect request carried
+  // (the transport's connection offer, given back unless the answer uses it).
+  RoutingInfo local_offer;
+  bool offer_pending = false;
   size_t credits = kSessionCredits;
   std::array<ClientSlot, kSessionReqWindow> cslots;
   std::array<ServerSlot, kSessionReqWindow> sslots;

@@ -135,6 +135,41 @@ class Transport {
   // The src_key that packets from the peer with this resolved info carry.
   virtual uint64_t src_key_of(const RoutingInfo& resolved) const = 0;
 
+  // --- connection hooks (transports with per-peer connections: verbs RC) ---
+  // Session connect is one request and one response; transports that need
+  // a connection per pair of Rpcs for bulk transfers set it up inside them.
+  // The defaults suit connectionless transports: the local routing info as
+  // it is, the remote one resolved as usual.
+  //
+  // Client, before sending a connect request to the Rpc peer_hint names
+  // (any value unique per remote Rpc): turns `offer` (a copy of the local
+  // routing info) into what the request carries. False when the transport
+  // cannot (out of resources); the session then fails to connect. An offer
+  // holds resources until resolve_connect_answer() succeeds with it or
+  // cancel_connect() gives it back.
+  virtual bool prepare_connect(RoutingInfo& offer, uint64_t peer_hint) {
+    (void)offer;
+    (void)peer_hint;
+    return true;
+  }
+  // Server: the routing info its connect response carries to the client
+  // whose routing info `resolved` is (resolved by resolve_remote_routing_info).
+  // Deterministic: a retransmitted request gets the same answer.
+  virtual void fill_connect_answer(const RoutingInfo& resolved, RoutingInfo& out) const {
+    (void)resolved;
+    fill_local_routing_info(out);
+  }
+  // Client: resolves the server's answer to the request that carried
+  // `offer`, like resolve_remote_routing_info (the same reference to give
+  // back with release_remote_routing_info). On success the offer is used up
+  // (do not cancel it); on failure it is still held.
+  virtual bool resolve_connect_answer(RoutingInfo& answer, const RoutingInfo& offer) {
+    (void)offer;
+    return resolve_remote_routing_info(answer);
+  }
+  // Client: gives back an offer whose connect failed or was abandoned.
+  virtual void cancel_connect(const RoutingInfo& offer) { (void)offer; }
+
   // --- memory ---
   virtual Result<MemReg> register_memory(void* addr, size_t len) = 0;
   virtual void deregister_memory(const MemReg& reg) = 0;
@@ -161,6 +196,22 @@ class Transport {
   virtual bool post_write(const BulkOp& op) = 0;
   // Collects finished one-sided operations (successful or failed).
   virtual size_t poll_bulk(std::span<BulkCompletion> out) = 0;
+  // The connection bulk operations on this resolved route travel on (0:
+  // none, or the transport has no connections). Routes of sessions to the
+  // same peer Rpc may share one.
+  virtual uint64_t bulk_path_of(const RoutingInfo& resolved) const {
+    (void)resolved;
+    return 0;
+  }
+  // Connections that failed since the last call (the peer died, retries
+  // ran out, a remote access error): no bulk operation on them will
+  // succeed again, so the engine ends every session whose bulk_path_of()
+  // is one of them; a new connect builds a new connection. Their
+  // operations are still reported by poll_bulk() (as failed) first.
+  virtual size_t poll_failed_bulk_paths(std::span<uint64_t> out) {
+    (void)out;
+    return 0;
+  }
   // Ends every one-sided operation still outstanding: when it returns, none
   // of them touches local memory any more, and poll_bulk() reports none of
   // them. Used by ~Rpc when reads do not finish in time; the transport

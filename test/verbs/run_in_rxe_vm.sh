@@ -26,7 +26,7 @@ echo '--- two processes over verbs: a latency server and a client'
 '$bench/latency' \$slow --mode server --server-uri 127.0.0.1:31877 --transport verbs > /tmp/server.log 2>&1 &
 server=\$!
 sleep 2
-'$bench/latency' \$slow --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K --iters 1000 --warmup 100 --duration 5
+'$bench/latency' \$slow --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K,1M --iters 1000 --warmup 100 --duration 5
 kill -INT \$server
 wait \$server
 cat /tmp/server.log"

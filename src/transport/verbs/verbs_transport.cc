@@ -44,12 +44,6 @@ bool gid_is_ipv4_mapped(const ibv_gid& gid) {
   return gid.raw[10] == 0xff && gid.raw[11] == 0xff;
 }
 
-VerbsRoutingInfo verbs_info_of(const RoutingInfo& info) {
-  VerbsRoutingInfo v;
-  std::memcpy(&v, info.bytes.data(), sizeof(v));
-  return v;
-}
-
 uint64_t make_src_key(uint32_t qpn, uint32_t addr_tail) { return uint64_t{qpn} << 32 | addr_tail; }
 
 // The GID to address `port` by: the configured index, or (-1) the one
@@ -101,6 +95,7 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
           ENODEV);
     }
     std::string tried;
+    ibv_port_attr port_attr{};
     for (int i = 0; i < num_devices && ctx_ == nullptr; i++) {
       const char* name = ibv_get_device_name(list[i]);
       if (!config.verbs_device.empty() && config.verbs_device != name) continue;
@@ -116,6 +111,7 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
         continue;
       }
       ctx_ = ctx;
+      port_attr = pa;
       device_name_ = name;
       use_grh_ = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
       local_lid_ = pa.lid;
@@ -219,6 +215,7 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
     }
     post_recv_range(0, config.rx_ring_size);
 
+    init_rc(da, port_attr);
     for (size_t i = 0; i < kMaxBatch; i++) {
       send_wrs_[i].sg_list = send_sges_[i].data();
       send_wrs_[i].opcode = IBV_WR_SEND;
@@ -228,8 +225,8 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
     cleanup();
     throw;
   }
-  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, on {}", caps_.max_pkt_bytes,
-               caps_.max_inline_bytes, provider());
+  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, RC reads {} at once, on {}",
+               caps_.max_pkt_bytes, caps_.max_inline_bytes, local_init_rd_atomic_, provider());
 }
 
 std::string VerbsTransport::provider() const {
@@ -242,7 +239,11 @@ void VerbsTransport::cleanup() noexcept {
   if (qp_ != nullptr) ibv_destroy_qp(qp_);
   qp_ = nullptr;
   exposures_.drain([](ibv_mr* mr) { ibv_dereg_mr(mr); });
-  for (auto& [key, entry] : ahs_) ibv_destroy_ah(entry.ah);
+  cleanup_rc();
+  for (const AhEntry& entry : ah_entries_) {
+    if (entry.ah != nullptr) ibv_destroy_ah(entry.ah);
+  }
+  ah_entries_.clear();
   ahs_.clear();
   for (const RetiredAh& r : retired_ahs_) ibv_destroy_ah(r.ah);
   retired_ahs_.clear();
@@ -343,8 +344,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
         signaled_seq_ = sends_posted_;
         signaled_index = i;
       }
-      wr.wr.ud.ah = route->ah;
-      wr.wr.ud.remote_qpn = route->qpn;
+      wr.wr.ud.ah = ah_entries_[route->ah_index].ah;
+      wr.wr.ud.remote_qpn = route->wire.qpn;
       wr.next = i + 1 < n ? &send_wrs_[i + 1] : nullptr;
     }
     ibv_send_wr* bad = nullptr;
@@ -394,36 +395,32 @@ size_t VerbsTransport::rx_burst(std::span<RxPacket> out) {
 
 void VerbsTransport::fill_local_routing_info(RoutingInfo& out) const {
   out = RoutingInfo{};
-  VerbsRoutingInfo v{};
-  std::memcpy(v.gid, local_gid_.raw, sizeof(v.gid));
-  v.qpn = qp_->qp_num;
-  v.lid = local_lid_;
-  v.magic = kVerbsRoutingMagic;
-  v.ah = nullptr;
-  std::memcpy(out.bytes.data(), &v, kVerbsRoutingWireBytes);
+  VerbsRoutingWire w{};
+  std::memcpy(w.gid, local_gid_.raw, sizeof(w.gid));
+  w.qpn = qp_->qp_num;
+  w.lid = local_lid_;
+  w.magic = kVerbsRoutingMagic;
+  w.layout = kVerbsRoutingLayout;
+  std::memcpy(out.bytes.data(), &w, sizeof(w));
 }
 
-bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
-  VerbsRoutingInfo v = verbs_info_of(info);
-  if (v.magic != kVerbsRoutingMagic || v.qpn == 0 || v.qpn > 0xFFFFFF) return false;
-  // Bytes past the wire part must be zero: the info came off the network.
-  for (size_t i = kVerbsRoutingWireBytes; i < RoutingInfo::kMaxBytes; i++) {
-    if (info.bytes[i] != 0) return false;
-  }
+// The address handle for the port w names: shared by every route to that
+// port, counted.
+bool VerbsTransport::resolve_ah(const VerbsRoutingWire& w, uint32_t& ah_index) {
   std::array<uint8_t, 18> key{};
-  std::memcpy(key.data(), v.gid, 16);
-  std::memcpy(key.data() + 16, &v.lid, 2);
+  std::memcpy(key.data(), w.gid, 16);
+  std::memcpy(key.data() + 16, &w.lid, 2);
   // Created here, on the Rpc thread, when a session connects: a few tens
   // of microseconds on a real NIC (see docs/reliability.md).
   auto it = ahs_.find(key);
   if (it == ahs_.end()) {
     ibv_ah_attr aa{};
     aa.port_num = port_;
-    aa.dlid = v.lid;
+    aa.dlid = w.lid;
     aa.sl = 0;
     if (use_grh_) {
       aa.is_global = 1;
-      std::memcpy(aa.grh.dgid.raw, v.gid, 16);
+      std::memcpy(aa.grh.dgid.raw, w.gid, 16);
       aa.grh.sgid_index = static_cast<uint8_t>(gid_index_);
       aa.grh.hop_limit = 64;
     }
@@ -432,28 +429,54 @@ bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
       RPC_LOG_INFO("verbs transport: no address handle for a peer ({})", std::strerror(errno));
       return false;
     }
-    it = ahs_.emplace(key, AhEntry{ah, 0}).first;
+    uint32_t index;
+    if (!free_ah_entries_.empty()) {
+      index = free_ah_entries_.back();
+      free_ah_entries_.pop_back();
+    } else {
+      index = static_cast<uint32_t>(ah_entries_.size());
+      ah_entries_.emplace_back();
+    }
+    ah_entries_[index] = AhEntry{ah, 0, key};
+    it = ahs_.emplace(key, index).first;
   }
-  it->second.refs++;
-  v.ah = it->second.ah;
+  ah_entries_[it->second].refs++;
+  ah_index = it->second;
+  return true;
+}
+
+bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
+  VerbsRoutingWire w;
+  if (!parse_verbs_routing(info, w)) return false;
+  VerbsRoutingInfo v{w, 0, kNoRcIndex};
+  if (!resolve_ah(w, v.ah_index)) return false;
+  // A connect request's RC offer: connect (or reuse) our QP for that client.
+  if (w.rc_qpn != 0 && !accept_rc_offer(w, v.rc_index)) {
+    release_ah(v.ah_index);
+    return false;
+  }
   std::memcpy(info.bytes.data(), &v, sizeof(v));
   return true;
 }
 
 void VerbsTransport::release_remote_routing_info(const RoutingInfo& resolved) {
   const VerbsRoutingInfo v = verbs_info_of(resolved);
-  if (v.magic != kVerbsRoutingMagic) return;
-  std::array<uint8_t, 18> key{};
-  std::memcpy(key.data(), v.gid, 16);
-  std::memcpy(key.data() + 16, &v.lid, 2);
-  auto it = ahs_.find(key);
-  if (it == ahs_.end() || it->second.ah != v.ah) {
+  if (v.wire.magic != kVerbsRoutingMagic || v.ah_index >= ah_entries_.size() ||
+      ah_entries_[v.ah_index].ah == nullptr) {
     RPC_LOG_WARN("verbs transport: released routing info that was never resolved");
     return;
   }
-  if (--it->second.refs > 0) return;
-  ibv_ah* ah = it->second.ah;
-  ahs_.erase(it);
+  if (v.rc_index != kNoRcIndex) release_rc(v.rc_index);
+  release_ah(v.ah_index);
+}
+
+void VerbsTransport::release_ah(uint32_t ah_index) {
+  AhEntry& entry = ah_entries_[ah_index];
+  if (--entry.refs > 0) return;
+  ibv_ah* ah = entry.ah;
+  ahs_.erase(entry.key);
+  entry = AhEntry{nullptr, 0, {}};
+  free_ah_entries_.push_back(ah_index);
   if (sends_posted_ == completed_seq_) {
     ibv_destroy_ah(ah);  // no send can still name it
     return;
@@ -468,10 +491,10 @@ void VerbsTransport::release_remote_routing_info(const RoutingInfo& resolved) {
 }
 
 uint64_t VerbsTransport::src_key_of(const RoutingInfo& resolved) const {
-  const VerbsRoutingInfo v = verbs_info_of(resolved);
-  uint32_t tail = v.lid;
-  if (use_grh_) std::memcpy(&tail, v.gid + 12, sizeof(tail));
-  return make_src_key(v.qpn, tail);
+  const VerbsRoutingWire w = verbs_info_of(resolved).wire;
+  uint32_t tail = w.lid;
+  if (use_grh_) std::memcpy(&tail, w.gid + 12, sizeof(tail));
+  return make_src_key(w.qpn, tail);
 }
 
 Result<MemReg> VerbsTransport::register_memory(void* addr, size_t len) {

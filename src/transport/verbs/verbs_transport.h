@@ -2,7 +2,9 @@
 // pair per Rpc), as eRPC does on InfiniBand and RoCE. Zero-copy sends from
 // registered MsgBuffers (headers and control packets inlined), a posted
 // receive ring, selective signaling, one address handle per remote port.
-// Routing info is the port's GID, LID and the QP number.
+// Routing info is the port's GID, LID and the QP number (verbs_routing.h).
+// Large messages: RDMA READ over RC queue pairs, one per (client Rpc,
+// server Rpc) pair, set up inside session connect (verbs_rc.cc).
 //
 // Exercised here on Soft-RoCE (rdma_rxe) inside a VM: scripts/rxe-vm.sh.
 // Not exercised: InfiniBand fabrics (no GRH, LID routing), real RoCE NICs.
@@ -15,26 +17,15 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/handle_table.h"
 #include "transport/transport.h"
 #include "transport/verbs/gid_select.h"
+#include "transport/verbs/verbs_routing.h"
 
 namespace rpc::detail {
-
-// Layout of verbs routing info inside RoutingInfo::bytes. resolve fills in
-// the address handle.
-struct VerbsRoutingInfo {
-  uint8_t gid[16];
-  uint32_t qpn;
-  uint16_t lid;
-  uint16_t magic;  // kVerbsRoutingMagic: rejects info from another transport
-  ibv_ah* ah;      // set by resolve_remote_routing_info; never sent
-};
-inline constexpr uint16_t kVerbsRoutingMagic = 0x5642;  // "VB"
-inline constexpr size_t kVerbsRoutingWireBytes = 24;    // gid + qpn + lid + magic
-static_assert(sizeof(VerbsRoutingInfo) <= RoutingInfo::kMaxBytes);
 
 // Where the receiver finds the sender's identity: UD receives start with a
 // 40-byte GRH area. On RoCEv2 over IPv4 it holds the IPv4 header in its
@@ -70,11 +61,32 @@ class VerbsTransport final : public Transport {
   // write), and deregisters it on revoke: the rkey dies with the transfer.
   bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
-  // One-sided bulk transfers need RC queue pairs; not built yet, so caps()
-  // says bulk = false and the engine sends large messages as datagrams.
-  bool post_read(const BulkOp&) override { return false; }
-  bool post_write(const BulkOp&) override { return false; }
-  size_t poll_bulk(std::span<BulkCompletion>) override { return 0; }
+  // RC READ bulk path (verbs_rc.cc). A client offers an RC QP in INIT with
+  // each connect; the server connects one to it (or reuses the one it has
+  // for that client Rpc) and answers with its QP; the client connects its
+  // offer, or reuses its QP already connected to that server.
+  bool prepare_connect(RoutingInfo& offer, uint64_t peer_hint) override;
+  void fill_connect_answer(const RoutingInfo& resolved, RoutingInfo& out) const override;
+  bool resolve_connect_answer(RoutingInfo& answer, const RoutingInfo& offer) override;
+  void cancel_connect(const RoutingInfo& offer) override;
+  // Reads on the route's RC QP, split into work requests of at most
+  // max_read_wr_bytes; beyond the QP's read slots they wait in a queue.
+  // False only when the route has no working RC QP.
+  bool post_read(const BulkOp& op) override;
+  bool post_write(const BulkOp&) override { return false; }  // nothing uses it
+  size_t poll_bulk(std::span<BulkCompletion> out) override;
+  uint64_t bulk_path_of(const RoutingInfo& resolved) const override;
+  size_t poll_failed_bulk_paths(std::span<uint64_t> out) override;
+  // Moves every RC QP to the error state and reaps the flushed reads.
+  void quiesce_bulk() override;
+
+  // For tests: RC QPs alive (offers included), the QP and CQ of a resolved
+  // route (an intruder test posts raw work requests on them), and the
+  // largest work request a read is split into.
+  size_t num_rc_qps() const { return rc_conns_.size() - free_rc_.size(); }
+  ibv_qp* rc_qp_of(const RoutingInfo& resolved) const;
+  ibv_cq* rc_cq() const { return rc_cq_; }
+  uint32_t max_read_wr_bytes() const { return max_read_wr_bytes_; }
 
   // "rxe0 port 1, GID 1: <why that GID>": what the benchmarks print.
   std::string provider() const override;
@@ -138,8 +150,11 @@ class VerbsTransport final : public Transport {
   struct AhEntry {
     ibv_ah* ah;
     size_t refs;
+    std::array<uint8_t, 18> key;
   };
-  std::map<std::array<uint8_t, 18>, AhEntry> ahs_;
+  std::map<std::array<uint8_t, 18>, uint32_t> ahs_;  // -> index into ah_entries_
+  std::vector<AhEntry> ah_entries_;                  // ah == nullptr: a free slot
+  std::vector<uint32_t> free_ah_entries_;
   // Handles no session uses any more that sends still queued may name (a
   // provider may read the AH when it processes the send, not when it is
   // posted; rxe does): destroyed once every send up to `seq` has completed
@@ -155,6 +170,73 @@ class VerbsTransport final : public Transport {
   std::vector<RetiredAh> retired_ahs_;
 
   HandleTable<ibv_mr*> exposures_;  // live exposures
+
+  // --- RC READ (verbs_rc.cc) ---
+  // The remote Rpc an RC QP talks to: its port (GID, LID) and UD QP number.
+  using PeerKey = std::array<uint8_t, 22>;
+  enum class RcState : uint8_t { kFree, kOffered, kConnected, kFailed };
+  struct RcConn {
+    ibv_qp* qp = nullptr;
+    RcState state = RcState::kFree;
+    uint32_t gen = 0;  // bumped on reuse of the slot: bulk path ids never repeat
+    uint32_t psn = 0;  // our first packet sequence number
+    uint32_t remote_qpn = 0;
+    PeerKey peer{};
+    bool client = false;        // we offered it (keyed by hint), or answered with it
+    uint64_t hint = 0;          // client: the server Rpc it serves
+    uint8_t max_rd_atomic = 1;  // reads in flight at once: min(ours, the peer's)
+    size_t refs = 0;            // offers and resolved routes that use it
+    uint32_t wrs_in_flight = 0;
+    uint32_t queue_head = kNoOp;  // reads waiting for read slots, oldest first
+    uint32_t queue_tail = kNoOp;
+  };
+  // One read the engine posted; split into work requests as slots free up.
+  struct ReadOp {
+    uint64_t cookie = 0;
+    uint32_t conn = 0;
+    uint32_t next = kNoOp;  // in the connection's queue
+    uint8_t* local_addr = nullptr;
+    uint32_t lkey = 0;
+    uint64_t remote_addr = 0;
+    uint32_t rkey = 0;
+    uint32_t len = 0;
+    uint32_t posted_bytes = 0;
+    uint32_t wrs_outstanding = 0;
+    bool failed = false;
+  };
+  static constexpr uint32_t kNoOp = UINT32_MAX;
+
+  void init_rc(const ibv_device_attr& da, const ibv_port_attr& pa);
+  void cleanup_rc() noexcept;
+  bool accept_rc_offer(const VerbsRoutingWire& offer, uint32_t& rc_index);
+  uint32_t create_rc_qp();
+  bool connect_rc(uint32_t index, const VerbsRoutingWire& remote);
+  void release_rc(uint32_t index);
+  void fail_rc(uint32_t index);
+  void pump_rc(uint32_t index);
+  void finish_op(uint32_t op_index, std::span<BulkCompletion> out, size_t& n);
+  bool resolve_ah(const VerbsRoutingWire& w, uint32_t& ah_index);
+  void release_ah(uint32_t ah_index);
+  static PeerKey peer_key_of(const VerbsRoutingWire& w);
+  uint32_t rc_index_by_qpn(uint32_t qpn) const;
+
+  ibv_cq* rc_cq_ = nullptr;
+  uint32_t rc_cq_depth_ = 0;       // bounds work requests in flight over all RC QPs
+  uint32_t rc_wrs_in_flight_ = 0;  // over all RC QPs
+  uint8_t local_rd_atomic_ = 1;    // reads our RC QPs serve / issue at once (device limits)
+  uint8_t local_init_rd_atomic_ = 1;
+  ibv_mtu path_mtu_ = IBV_MTU_1024;
+  uint32_t max_read_wr_bytes_ = 0;  // min(port max_msg_sz, kMaxReadWrBytes)
+  std::vector<RcConn> rc_conns_;
+  std::vector<uint32_t> free_rc_;
+  std::map<PeerKey, uint32_t> rc_by_peer_;                 // server: the client Rpc's current QP
+  std::unordered_map<uint64_t, uint32_t> rc_by_hint_;      // client: connected QP per server Rpc
+  std::unordered_map<uint64_t, uint32_t> offers_by_hint_;  // client: pending offer per server
+  std::vector<ReadOp> read_ops_;
+  std::vector<uint32_t> free_read_ops_;
+  std::vector<BulkCompletion> ready_;   // reads failed outside a CQ poll, still to report
+  std::vector<uint64_t> failed_paths_;  // to report through poll_failed_bulk_paths
+  std::array<ibv_wc, kMaxBatch> rc_wcs_{};
 };
 
 }  // namespace rpc::detail
