@@ -19,7 +19,8 @@ namespace rpc::test {
 
 class Subprocess {
  public:
-  explicit Subprocess(std::vector<std::string> argv) {
+  // extra_env ("NAME=value") is added to this process's environment.
+  explicit Subprocess(std::vector<std::string> argv, std::vector<std::string> extra_env = {}) {
     int out[2];
     if (::pipe(out) != 0) return;
     posix_spawn_file_actions_t actions;
@@ -29,7 +30,11 @@ class Subprocess {
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+    std::vector<char*> env;
+    for (auto& e : extra_env) env.push_back(e.data());
+    for (char** e = environ; *e != nullptr; e++) env.push_back(*e);
+    env.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), env.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
     ::close(out[1]);
     stdout_fd_ = out[0];

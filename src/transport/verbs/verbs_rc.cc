@@ -311,7 +311,19 @@ void VerbsTransport::cancel_connect(const RoutingInfo& offer) {
 void VerbsTransport::release_rc(uint32_t index) {
   RcConn& c = rc_conns_[index];
   if (c.refs > 0) c.refs--;
-  if (c.refs > 0 || c.wrs_in_flight > 0 || c.queue_head != kNoOp) return;
+  if (c.refs > 0) return;
+  if (c.wrs_in_flight > 0 || c.queue_head != kNoOp) {
+    // No session uses the pair any more, so nobody waits for these reads
+    // (the engine holds their buffers as orphans). Cancel them rather than
+    // wait for a peer that may be dead: Soft-RoCE never times out a read
+    // whose responder QP was destroyed. The QP goes with its last flushed
+    // completion (poll_bulk).
+    if (c.state != RcState::kFailed) {
+      c.state = RcState::kFailed;
+      stop_rc(index);
+    }
+    if (c.wrs_in_flight > 0) return;
+  }
   auto erase_if_me = [index](auto& map, const auto& key) {
     auto it = map.find(key);
     if (it != map.end() && it->second == index) map.erase(it);
@@ -412,11 +424,18 @@ void VerbsTransport::fail_rc(uint32_t index) {
   if (c.state == RcState::kFailed) return;
   c.state = RcState::kFailed;
   RPC_LOG_INFO("verbs transport: an RC QP failed; its sessions are reset");
+  failed_paths_.push_back(make_path(c.gen, index));
+  stop_rc(index);
+}
+
+// Moves a failed or abandoned QP to the error state: what is posted is
+// flushed (poll_bulk reports it failed), what is queued fails now, and no
+// new session may connect to it.
+void VerbsTransport::stop_rc(uint32_t index) {
+  RcConn& c = rc_conns_[index];
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;  // flushes what is still posted, if it is not in error yet
   ibv_modify_qp(c.qp, &attr, IBV_QP_STATE);
-  failed_paths_.push_back(make_path(c.gen, index));
-  // Nobody may connect a new session to it.
   auto erase_if_me = [index](auto& map, const auto& key) {
     auto it = map.find(key);
     if (it != map.end() && it->second == index) map.erase(it);

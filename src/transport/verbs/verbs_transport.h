@@ -213,6 +213,7 @@ class VerbsTransport final : public Transport {
   bool connect_rc(uint32_t index, const VerbsRoutingWire& remote);
   void release_rc(uint32_t index);
   void fail_rc(uint32_t index);
+  void stop_rc(uint32_t index);
   void pump_rc(uint32_t index);
   void finish_op(uint32_t op_index, std::span<BulkCompletion> out, size_t& n);
   bool resolve_ah(const VerbsRoutingWire& w, uint32_t& ah_index);
