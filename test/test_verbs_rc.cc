@@ -421,16 +421,15 @@ TEST_CASE(
     "[verbs]") {
   const std::string uri1 = "127.0.0.1:31891";
   const std::string uri2 = "127.0.0.1:31892";
+  // One busy-polling server at a time: under emulation on a loaded host,
+  // two starve the client's heartbeats.
   auto first = spawn_verbs_server(uri1);
-  auto second = spawn_verbs_server(uri2);
   REQUIRE(first->started());
-  REQUIRE(second->started());
-  // (a server process starts slowly under emulation)
-  REQUIRE(first->wait_for_output("serving at", 120s));
-  REQUIRE(second->wait_for_output("serving at", 120s));
+  REQUIRE(first->wait_for_output("serving at", 120s));  // slow under emulation
+  std::unique_ptr<Subprocess> second;                   // killed after the client is gone
   {
     Nexus nexus(
-        NexusConfig{.uri = "127.0.0.1:0", .sm_timeout_ms = 20000, .failure_timeout_ms = 5000});
+        NexusConfig{.uri = "127.0.0.1:0", .sm_timeout_ms = 20000, .failure_timeout_ms = 15000});
     SessionEvents events;
     Rpc client(nexus, RpcConfig{.rpc_id = 0,
                                 .transport = "verbs",
@@ -456,9 +455,14 @@ TEST_CASE(
     // Expect the unfinished requests to fail and the session to be reset:
     // by the RC QP's retries running out, or (Soft-RoCE does not time out a
     // read whose responder QP is gone) by heartbeats
-    REQUIRE(run_until(
+    run_until(
         client, [&] { return events.has(*sn, SessionEvent::kReset) && done == calls.size(); },
-        60s));
+        120s);
+    INFO("bulk reads " << client.stats().bulk_reads << ", failed "
+                       << client.stats().bulk_reads_failed << ", orphaned "
+                       << client.stats().bulk_reads_orphaned);
+    CHECK(events.has(*sn, SessionEvent::kReset));
+    REQUIRE(done == calls.size());
     size_t failed = 0;
     for (auto& c : calls) {
       CHECK(c.completions == 1);
@@ -475,6 +479,9 @@ TEST_CASE(
                 << "; bulk paths failed " << client.stats().bulk_paths_failed);
     CHECK((why == SmErr::kBulkPathFailed || why == SmErr::kRemoteFailed));
     // and a new session (to a live server) to work over a new pair
+    second = spawn_verbs_server(uri2);
+    REQUIRE(second->started());
+    REQUIRE(second->wait_for_output("serving at", 120s));
     auto sn2 = client.create_session(uri2, 1);
     REQUIRE(sn2);
     REQUIRE(run_until(
@@ -488,6 +495,4 @@ TEST_CASE(
     for (auto& c : calls) c.release(client);
     again.release(client);
   }
-  second->kill(SIGKILL);
-  second->wait();
 }
