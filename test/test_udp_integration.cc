@@ -10,6 +10,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -72,6 +73,19 @@ void run_calls(Rpc& client, std::vector<EchoCall>& calls, const std::vector<Sess
     REQUIRE(calls[i].enqueue(client, sessions[i % sessions.size()], req_type) == Errc::kOk);
   }
   REQUIRE(run_until(client, [&] { return done == calls.size(); }));
+}
+
+// "kOk x 195, kSessionReset x 5": what the calls completed with, for a
+// failure's message.
+std::string completion_summary(const std::vector<EchoCall>& calls) {
+  std::map<std::string, size_t> counts;
+  for (const EchoCall& c : calls) {
+    counts[c.completions == 0 ? std::string("not completed") : std::string(to_string(c.errc))]++;
+  }
+  std::string out;
+  for (const auto& [what, n] : counts)
+    out += (out.empty() ? "" : ", ") + what + " x " + std::to_string(n);
+  return out;
 }
 
 size_t count_echoed(const std::vector<EchoCall>& calls) {
@@ -548,6 +562,8 @@ TEST_CASE("with 10% of packets dropped every request completes once with correct
     REQUIRE(calls[i].prepare(client, size, 17 * i + 5));
   }
   run_calls(client, calls, {sn}, kCountedEcho, done);
+  INFO("completions: " << completion_summary(calls) << "; sessions reset "
+                       << client.stats().sessions_reset);
   CHECK(count_echoed(calls) == calls.size());
   run_for(client, 20ms);
   CHECK(done == calls.size());
