@@ -31,7 +31,6 @@ std::vector<std::string> providers_under_test() {
   return {"tcp;ofi_rxm", "shm"};
 }
 
-
 // For the cases about ofi_rxm (its sources, its sockaddr_in names): the
 // provider under test if it is rxm over something, else tcp;ofi_rxm.
 std::string rxm_provider() {
@@ -284,7 +283,7 @@ TEST_CASE("shm is asked for offset addressing, and gets no bulk path", "[fabric]
   CHECK_FALSE(t.caps().bulk);
   std::vector<uint8_t> mem(4096);
   Exposure e;
-  CHECK_FALSE(t.expose_for_read(mem.data(), mem.size(), e));
+  CHECK_FALSE(t.expose_for_read(RoutingInfo{}, mem.data(), mem.size(), MemReg{}, e));
   ConnectedPair p(config);
   CHECK(p.echo_ok(size_t{1} << 20, 7));
   CHECK(p.server->stats().bulk_reads == 0);

@@ -313,7 +313,7 @@ TEST_CASE("fake bulk reads copy from an exposure when they complete; writes are 
   REQUIRE(remote_reg);
   REQUIRE(local_reg);
   Exposure exposure;
-  REQUIRE(server.expose_for_read(remote.data() + 100, 64, exposure));
+  REQUIRE(server.expose_for_read(RoutingInfo{}, remote.data() + 100, 64, *remote_reg, exposure));
   CHECK(exposure.active());
   CHECK(exposure.key != 0);
   CHECK(exposure.remote_addr == reinterpret_cast<uint64_t>(remote.data() + 100));
@@ -366,7 +366,7 @@ TEST_CASE("fake bulk reads outside a live exposure complete with ok false") {
   Result<MemReg> remote_reg = server.register_memory(remote.data(), remote.size());
   REQUIRE(remote_reg);
   Exposure exposure;
-  REQUIRE(server.expose_for_read(remote.data(), 64, exposure));
+  REQUIRE(server.expose_for_read(RoutingInfo{}, remote.data(), 64, *remote_reg, exposure));
   const uint64_t base = exposure.remote_addr;
 
   auto op = [&](uint64_t addr, uint32_t len, uint64_t key, uint64_t cookie) {

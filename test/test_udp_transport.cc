@@ -306,6 +306,7 @@ TEST_CASE("udp transport needs no memory registration") {
   REQUIRE(reg.has_value());
   CHECK(reg->lkey == 0);
   rpc::detail::Exposure e;
-  CHECK_FALSE(t.expose_for_read(mem.data(), mem.size(), e));  // no bulk on udp
+  CHECK_FALSE(t.expose_for_read(RoutingInfo{}, mem.data(), mem.size(), rpc::detail::MemReg{},
+                                e));  // no bulk on udp
   t.deregister_memory(*reg);
 }

@@ -148,7 +148,7 @@ TEST_CASE("verbs RC: reads are split into work requests and queued beyond the QP
   TxBuffer src(server, len);
   for (size_t i = 0; i < len; i++) src.bytes[i] = pattern_byte(i, 3);
   Exposure e;
-  REQUIRE(server.expose_for_read(src.bytes.data(), len, e));
+  REQUIRE(server.expose_for_read(s.server_route, src.bytes.data(), len, src.reg, e));
   // More work requests than any device's read slots (rxe: 128): 3 per read.
   constexpr size_t kReads = 100;
   constexpr size_t kDsts = 4;
@@ -182,7 +182,7 @@ TEST_CASE("verbs RC: a QP whose read fails reports its path once and takes no mo
   TxBuffer src(server, 4096);
   TxBuffer dst(client, 4096);
   Exposure e;
-  REQUIRE(server.expose_for_read(src.bytes.data(), 4096, e));
+  REQUIRE(server.expose_for_read(s.server_route, src.bytes.data(), 4096, src.reg, e));
   const Exposure revoked = e;
   server.revoke_exposure(e);
   // When a read hits a remote access error (on Soft-RoCE a peer that is
@@ -221,7 +221,7 @@ TEST_CASE("verbs RC: reads to a peer that is gone are cancelled when the last se
   Exposure e;
   {
     TxBuffer src(*server, 4096);
-    REQUIRE(server->expose_for_read(src.bytes.data(), 4096, e));
+    REQUIRE(server->expose_for_read(s.server_route, src.bytes.data(), 4096, src.reg, e));
     server->revoke_exposure(e);
     server->release_remote_routing_info(s.server_route);
   }
@@ -261,7 +261,7 @@ TEST_CASE("verbs RC: an intruder cannot read or write memory that is not exposed
   uint64_t hint = 100;
   RcSession s = rc_connect(intruder, victim, hint++);
   Exposure e;
-  REQUIRE(victim.expose_for_read(secret.bytes.data(), kLen, e));
+  REQUIRE(victim.expose_for_read(s.server_route, secret.bytes.data(), kLen, secret.reg, e));
   REQUIRE(intruder.post_read(read_op(s.client_route, loot, e.remote_addr, e.key, kLen, 1)));
   auto done = wait_reads(intruder, 1);
   REQUIRE(done.size() == 1);
@@ -317,6 +317,98 @@ TEST_CASE("verbs RC: an intruder cannot read or write memory that is not exposed
   intruder.release_remote_routing_info(s.client_route);
   victim.release_remote_routing_info(s.server_route);
   CHECK(secret.bytes == original);
+}
+
+// A payload exposed for one peer is not readable by another peer that
+// connected legitimately, even with the exact key: keys of per-payload
+// registrations are the device's (index and an 8-bit variant, predictable
+// from one's own), so the key alone must not be what protects it.
+TEST_CASE("verbs RC: a payload exposed for one peer cannot be read by another with its key",
+          "[verbs]") {
+  VerbsTransport victim(verbs_config());
+  VerbsTransport peer(verbs_config());
+  VerbsTransport intruder(verbs_config());
+  constexpr uint32_t kLen = 8192;
+  TxBuffer payload(victim, kLen);
+  for (size_t i = 0; i < kLen; i++) payload.bytes[i] = pattern_byte(i, 13);
+  TxBuffer got(peer, kLen);
+  TxBuffer loot(intruder, kLen);
+  RcSession to_peer = rc_connect(peer, victim, 1);
+  RcSession to_intruder = rc_connect(intruder, victim, 2);
+  std::vector<uint64_t> keys;
+  for (int round = 0; round < 3; round++) {
+    Exposure e;
+    REQUIRE(
+        victim.expose_for_read(to_peer.server_route, payload.bytes.data(), kLen, payload.reg, e));
+    keys.push_back(e.key);
+    if (round == 0) {  // the peer it is for reads it
+      REQUIRE(peer.post_read(read_op(to_peer.client_route, got, e.remote_addr, e.key, kLen, 1)));
+      const auto done = wait_reads(peer, 1);
+      REQUIRE(done.size() == 1);
+      CHECK(done[0].ok);
+      CHECK(got.bytes == payload.bytes);
+    }
+    if (round == 2) {  // the intruder, with the exact address and key
+      REQUIRE(intruder.post_read(
+          read_op(to_intruder.client_route, loot, e.remote_addr, e.key, kLen, 2)));
+      const auto done = wait_reads(intruder, 1);
+      REQUIRE(done.size() == 1);
+      CHECK_FALSE(done[0].ok);
+      CHECK(std::count(loot.bytes.begin(), loot.bytes.end(), 0) == kLen);
+    }
+    victim.revoke_exposure(e);
+  }
+  WARN("keys of three exposures in a row: " << keys[0] << ", " << keys[1] << ", " << keys[2]);
+  peer.release_remote_routing_info(to_peer.client_route);
+  victim.release_remote_routing_info(to_peer.server_route);
+  intruder.release_remote_routing_info(to_intruder.client_route);
+  victim.release_remote_routing_info(to_intruder.server_route);
+}
+
+// Devices without type-2B memory windows expose a registration of the
+// payload instead. It works and dies on revoke; it does not stop another
+// peer that has the key (reported, not asserted: that is why windows are
+// preferred).
+TEST_CASE("verbs RC: without memory windows, an exposure is a registration of the payload",
+          "[verbs]") {
+  VerbsTransport victim(verbs_config());
+  VerbsTransport peer(verbs_config());
+  VerbsTransport intruder(verbs_config());
+  if (!victim.exposes_by_window()) WARN("this device has no type-2B windows");
+  victim.use_memory_windows(false);
+  REQUIRE_FALSE(victim.exposes_by_window());
+  constexpr uint32_t kLen = 8192;
+  TxBuffer payload(victim, kLen);
+  for (size_t i = 0; i < kLen; i++) payload.bytes[i] = pattern_byte(i, 17);
+  TxBuffer got(peer, kLen);
+  TxBuffer loot(intruder, kLen);
+  RcSession to_peer = rc_connect(peer, victim, 1);
+  RcSession to_intruder = rc_connect(intruder, victim, 2);
+  Exposure e;
+  REQUIRE(victim.expose_for_read(to_peer.server_route, payload.bytes.data(), kLen, payload.reg, e));
+  REQUIRE(peer.post_read(read_op(to_peer.client_route, got, e.remote_addr, e.key, kLen, 1)));
+  auto done = wait_reads(peer, 1);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].ok);
+  CHECK(got.bytes == payload.bytes);
+  REQUIRE(
+      intruder.post_read(read_op(to_intruder.client_route, loot, e.remote_addr, e.key, kLen, 2)));
+  done = wait_reads(intruder, 1);
+  REQUIRE(done.size() == 1);
+  WARN("with a registration, another peer holding the key "
+       << (done[0].ok ? "READ the payload" : "was refused"));
+  // Revoked, it is gone for the peer it was for too.
+  const Exposure revoked = e;
+  victim.revoke_exposure(e);
+  REQUIRE(peer.post_read(
+      read_op(to_peer.client_route, got, revoked.remote_addr, revoked.key, kLen, 3)));
+  done = wait_reads(peer, 1);
+  REQUIRE(done.size() == 1);
+  CHECK_FALSE(done[0].ok);
+  peer.release_remote_routing_info(to_peer.client_route);
+  victim.release_remote_routing_info(to_peer.server_route);
+  intruder.release_remote_routing_info(to_intruder.client_route);
+  victim.release_remote_routing_info(to_intruder.server_route);
 }
 
 // --- the engine over verbs with RC READ ---

@@ -202,7 +202,9 @@ struct BulkAttack {
     constexpr size_t kExposedOffset = 8192;
     constexpr uint32_t kExposedLen = 4096;
     detail::Exposure exposure;
-    REQUIRE(victim.expose_for_read(secret.bytes.data() + kExposedOffset, kExposedLen, exposure));
+    // (to any reader: no transport attacked here binds an exposure to one)
+    REQUIRE(victim.expose_for_read(detail::RoutingInfo{}, secret.bytes.data() + kExposedOffset,
+                                   kExposedLen, secret.reg, exposure));
     const detail::Exposure live = exposure;
     // The intruder's own buffer.
     TxBuffer mine(intruder, 64 << 10);
@@ -211,7 +213,8 @@ struct BulkAttack {
     auto read = [&](uint64_t addr, uint64_t key, uint32_t len) {
       std::fill(mine.bytes.begin(), mine.bytes.end(), 0xEE);
       const bool ok = attempt(false, mine.bytes.data(), mine.reg, addr, key, len);
-      if (!ok && std::any_of(mine.bytes.begin(), mine.bytes.end(), [](uint8_t b) { return b != 0xEE; }))
+      if (!ok &&
+          std::any_of(mine.bytes.begin(), mine.bytes.end(), [](uint8_t b) { return b != 0xEE; }))
         failed_read_wrote = true;
       return ok;
     };

@@ -31,8 +31,12 @@ constexpr auto kDrainReadsTimeout = std::chrono::seconds(2);
 
 // Exposes payload and writes the control packet naming it. False when the
 // transport refuses (out of resources): the message goes as datagrams.
-bool RpcImpl::expose_payload(MsgBuffer& ctrl, const MsgBuffer& payload, Exposure& exposure) {
-  if (!transport_->expose_for_read(payload.data(), payload.size(), exposure)) {
+bool RpcImpl::expose_payload(const Session& session, MsgBuffer& ctrl, const MsgBuffer& payload,
+                             Exposure& exposure) {
+  const MemRegion* region = MsgBufferAccess::region(payload);
+  if (!session.route_resolved || region == nullptr ||
+      !transport_->expose_for_read(session.remote_route, payload.data(), payload.size(),
+                                   region->reg, exposure)) {
     stats_.bulk_expose_failed++;
     return false;
   }

@@ -53,8 +53,8 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.tag = entry.tag;
   slot.req_num = slot.next_req_num;
   slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
-  slot.bulk_req =
-      use_bulk(entry.req->size()) && expose_payload(slot.bulk_ctrl, *entry.req, slot.req_exposure);
+  slot.bulk_req = use_bulk(entry.req->size()) &&
+                  expose_payload(*slot.session, slot.bulk_ctrl, *entry.req, slot.req_exposure);
   slot.bulk_read = kNoBulkRead;
   slot.req_pkts = slot.bulk_req ? 1 : entry.req->num_pkts();
   slot.resp_pkts = 0;

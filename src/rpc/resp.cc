@@ -60,8 +60,8 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
   free_req_buf(slot);
   ReqHandleAccess::req(handle) = MsgBuffer();
   set_slot_state(slot, ServerSlotState::kResponded);
-  slot.resp_bulk =
-      use_bulk(slot.resp->size()) && expose_payload(slot.bulk_ctrl, *slot.resp, slot.resp_exposure);
+  slot.resp_bulk = use_bulk(slot.resp->size()) &&
+                   expose_payload(session, slot.bulk_ctrl, *slot.resp, slot.resp_exposure);
   // The client is gone: nothing to send, and the last pending handler
   // frees the session, so read the state before.
   const bool draining = session.state == SessionState::kDraining;

@@ -172,7 +172,8 @@ class RpcImpl {
   bool use_bulk(size_t msg_size) const {
     return caps_.bulk && msg_size > config_.bulk_threshold_bytes;
   }
-  bool expose_payload(MsgBuffer& ctrl, const MsgBuffer& payload, Exposure& exposure);
+  bool expose_payload(const Session& session, MsgBuffer& ctrl, const MsgBuffer& payload,
+                      Exposure& exposure);
   void server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
                               const uint8_t* ctrl_data);
   void bulk_resp_read_failed(ClientSlot& slot);

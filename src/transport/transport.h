@@ -175,13 +175,20 @@ class Transport {
   virtual void deregister_memory(const MemReg& reg) = 0;
 
   // --- bulk path (only where caps().bulk) ---
-  // Lets peers read [addr, addr + len) of registered memory until
-  // revoke_exposure(): read-only, under a fresh key. Once per bulk message
-  // sent; allocation-free in steady state. False when the transport cannot
-  // (out of resources): the message then travels as datagrams.
-  virtual bool expose_for_read(const void* addr, size_t len, Exposure& out) {
+  // Lets the peer at `reader` (a resolved route) read [addr, addr + len)
+  // of the registered memory `reg` until revoke_exposure(): read-only,
+  // under a fresh key. Where the transport can bind an exposure to one
+  // peer (verbs: a memory window on the pair's RC QP), no other peer can
+  // use it even with the key; elsewhere the key is what protects it. Once
+  // per bulk message sent; allocation-free in steady state. False when the
+  // transport cannot (out of resources, no working connection to the
+  // reader): the message then travels as datagrams.
+  virtual bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len,
+                               const MemReg& reg, Exposure& out) {
+    (void)reader;
     (void)addr;
     (void)len;
+    (void)reg;
     (void)out;
     return false;
   }

@@ -115,7 +115,8 @@ struct World {
     bait = client->alloc_msg_buffer(4096);
     FUZZ_CHECK(bait.valid());
     for (size_t i = 0; i < bait.size(); i++) bait.data()[i] = static_cast<uint8_t>(i * 7);
-    FUZZ_CHECK(client->impl().transport().expose_for_read(bait.data(), bait.size(), bait_exposure));
+    FUZZ_CHECK(client->impl().transport().expose_for_read(
+        detail::RoutingInfo{}, bait.data(), bait.size(), detail::MemReg{}, bait_exposure));
   }
 
   void pump(int n = 1) {

@@ -659,7 +659,14 @@ void FabricTransport::deregister_memory(const MemReg& reg) {
   free_region_ids_.push_back(reg.lkey);
 }
 
-bool FabricTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
+bool FabricTransport::expose_for_read(const RoutingInfo& reader, const void* addr, size_t len,
+                                      const MemReg& reg, Exposure& out) {
+  (void)reader;
+  (void)reg;
+  return expose(addr, len, out);
+}
+
+bool FabricTransport::expose(const void* addr, size_t len, Exposure& out) {
   if (!caps_.bulk) return false;
   fid_mr* mr = nullptr;
   const int rc = register_region(addr, len, FI_REMOTE_READ, &mr);
@@ -677,7 +684,7 @@ bool FabricTransport::expose_for_read(const void* addr, size_t len, Exposure& ou
 // key), made with every access right and covering the whole ring.
 bool FabricTransport::exposures_are_distinct(const MemReg& ring) {
   Exposure e;
-  if (!expose_for_read(ring_mem_.data(), caps_.max_pkt_bytes, e)) return false;
+  if (!expose(ring_mem_.data(), caps_.max_pkt_bytes, e)) return false;
   const bool distinct = e.key != fi_mr_key(regions_[ring.lkey].mr);
   revoke_exposure(e);
   return distinct;

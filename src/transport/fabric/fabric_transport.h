@@ -63,7 +63,10 @@ class FabricTransport final : public Transport {
   void deregister_memory(const MemReg& reg) override;
   // Registers exactly the payload with FI_REMOTE_READ only, under a random
   // requested key (or the provider's, FI_MR_PROV_KEY); closed on revoke.
-  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  // Any peer with the key may read it: RDM endpoints have no per-peer
+  // binding of a registration.
+  bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
+                       Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
   void quiesce_bulk() override;
   // Live exposures (tests: every transfer's exposure ends).
@@ -100,6 +103,7 @@ class FabricTransport final : public Transport {
   // (random, retried if taken), bound to the endpoint where it must be.
   int register_region(const void* addr, size_t len, uint64_t access, fid_mr** mr);
   bool exposures_are_distinct(const MemReg& ring);
+  bool expose(const void* addr, size_t len, Exposure& out);
   bool post_rma(const BulkOp& op, bool write);
   void post_recv(uint32_t index);
   void progress_tx();  // reaps send and bulk completions

@@ -310,7 +310,10 @@ Result<MemReg> FakeTransport::register_memory(void* addr, size_t len) {
 
 void FakeTransport::deregister_memory(const MemReg& reg) { (void)reg; }
 
-bool FakeTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
+bool FakeTransport::expose_for_read(const RoutingInfo& reader, const void* addr, size_t len,
+                                    const MemReg& reg, Exposure& out) {
+  (void)reader;  // anyone with the key may read it: the fake has no connections
+  (void)reg;
   const uint64_t key = FakeNetwork::instance().expose(static_cast<const uint8_t*>(addr), len);
   if (key == 0) return false;
   uint32_t handle = next_exposure_handle_++;

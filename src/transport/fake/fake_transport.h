@@ -111,7 +111,8 @@ class FakeTransport final : public Transport {
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
-  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
+                       Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
   bool post_read(const BulkOp& op) override;
   bool post_write(const BulkOp& op) override;

@@ -57,16 +57,22 @@ void VerbsTransport::init_rc(const ibv_device_attr& da, const ibv_port_attr& pa)
   local_init_rd_atomic_ = static_cast<uint8_t>(std::clamp(da.max_qp_init_rd_atom, 1, 255));
   path_mtu_ = pa.active_mtu;
   max_read_wr_bytes_ = std::min<uint32_t>(pa.max_msg_sz, kMaxReadWrBytes);
-  rc_cq_depth_ = std::min<uint32_t>(kWantedRcCqDepth, static_cast<uint32_t>(da.max_cqe));
-  rc_cq_ = ibv_create_cq(ctx_, static_cast<int>(rc_cq_depth_), nullptr, nullptr, 0);
+  // Reads may fill rc_cq_depth_ entries; memory-window operations (one
+  // at a time, plus any that timed out) get kMwCqRoom more.
+  rc_cq_depth_ = std::min<uint32_t>(kWantedRcCqDepth, static_cast<uint32_t>(da.max_cqe)) -
+                 static_cast<uint32_t>(kMwCqRoom);
+  rc_cq_ = ibv_create_cq(ctx_, static_cast<int>(rc_cq_depth_ + kMwCqRoom), nullptr, nullptr, 0);
   if (rc_cq_ == nullptr) {
     // No bulk path, datagrams still work: large messages go as datagrams.
     RPC_LOG_WARN("verbs transport: no CQ for RC reads ({}); large messages go as datagrams",
                  std::strerror(errno));
     return;
   }
-  ready_.reserve(64);  // failures only; reserved so the first does not allocate
+  ready_.reserve(rc_cq_depth_);  // reads finished while a window op waited, or failed
   failed_paths_.reserve(16);
+  mw_supported_ = (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
+  use_mw_ = mw_supported_;
+  free_mws_.reserve(1024);
   caps_.bulk = true;
 }
 
@@ -97,8 +103,10 @@ uint32_t VerbsTransport::create_rc_qp() {
   qa.recv_cq = rc_cq_;
   qa.qp_type = IBV_QPT_RC;
   qa.sq_sig_all = 1;
-  qa.cap.max_send_wr = local_init_rd_atomic_;  // only reads, at most max_rd_atomic in flight
-  qa.cap.max_recv_wr = 1;                      // never posted; some providers refuse 0
+  // Reads, at most max_rd_atomic in flight, and one memory-window
+  // operation at a time (plus room for one that timed out).
+  qa.cap.max_send_wr = local_init_rd_atomic_ + 2u;
+  qa.cap.max_recv_wr = 1;  // never posted; some providers refuse 0
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
   ibv_qp* qp = ibv_create_qp(pd_, &qa);
@@ -463,39 +471,57 @@ size_t VerbsTransport::poll_bulk(std::span<BulkCompletion> out) {
     out[n++] = ready_.back();
     ready_.pop_back();
   }
-  if (rc_cq_ == nullptr || rc_wrs_in_flight_ == 0 || n == out.size()) return n;
+  if (rc_cq_ == nullptr || (rc_wrs_in_flight_ == 0 && stray_mw_ops_ == 0) || n == out.size()) {
+    return n;
+  }
   // Each completion finishes at most one read: never more than out has room for.
   const int want = static_cast<int>(std::min(out.size() - n, kMaxBatch));
   const int got = ibv_poll_cq(rc_cq_, want, rc_wcs_.data());
   for (int i = 0; i < got; i++) {
     const ibv_wc& wc = rc_wcs_[static_cast<size_t>(i)];
-    const auto op_index = static_cast<uint32_t>(wc.wr_id);
-    ReadOp& r = read_ops_[op_index];
-    const uint32_t conn = r.conn;
-    RcConn& c = rc_conns_[conn];
-    c.wrs_in_flight--;
-    rc_wrs_in_flight_--;
-    r.wrs_outstanding--;
-    if (wc.status != IBV_WC_SUCCESS) {
-      if (!r.failed) {
-        RPC_LOG_INFO("verbs transport: RDMA READ failed: {}", ibv_wc_status_str(wc.status));
-      }
-      r.failed = true;
-      fail_rc(conn);
+    if ((wc.wr_id & kMwOpTag) != 0) {
+      if (stray_mw_ops_ > 0) stray_mw_ops_--;  // a bind or invalidation that timed out
+      continue;
     }
-    if (r.wrs_outstanding == 0 && r.posted_bytes == r.len) {
-      out[n++] = BulkCompletion{r.cookie, !r.failed};
-      free_read_ops_.push_back(op_index);
-    }
-    if (c.state == RcState::kConnected) pump_rc(conn);
-    // A QP whose sessions ended while its reads were in flight goes with
-    // its last completion.
-    if (c.refs == 0 && c.wrs_in_flight == 0 && c.queue_head == kNoOp) {
-      c.refs = 1;
-      release_rc(conn);
-    }
+    on_read_completion(wc, out, &n);
   }
   return n;
+}
+
+// A work request of a read completed. When it was the read's last, the
+// read is reported: into out[*n] when there is room, else through ready_.
+void VerbsTransport::on_read_completion(const ibv_wc& wc, std::span<BulkCompletion> out,
+                                        size_t* n) {
+  const auto op_index = static_cast<uint32_t>(wc.wr_id);
+  ReadOp& r = read_ops_[op_index];
+  const uint32_t conn = r.conn;
+  RcConn& c = rc_conns_[conn];
+  c.wrs_in_flight--;
+  rc_wrs_in_flight_--;
+  r.wrs_outstanding--;
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (!r.failed) {
+      RPC_LOG_INFO("verbs transport: RDMA READ failed: {}", ibv_wc_status_str(wc.status));
+    }
+    r.failed = true;
+    fail_rc(conn);
+  }
+  if (r.wrs_outstanding == 0 && r.posted_bytes == r.len) {
+    const BulkCompletion done{r.cookie, !r.failed};
+    if (n != nullptr && *n < out.size()) {
+      out[(*n)++] = done;
+    } else {
+      ready_.push_back(done);  // reserved for every read in flight: no allocation
+    }
+    free_read_ops_.push_back(op_index);
+  }
+  if (c.state == RcState::kConnected) pump_rc(conn);
+  // A QP whose sessions ended while its reads were in flight goes with
+  // its last completion.
+  if (c.refs == 0 && c.wrs_in_flight == 0 && c.queue_head == kNoOp) {
+    c.refs = 1;
+    release_rc(conn);
+  }
 }
 
 size_t VerbsTransport::poll_failed_bulk_paths(std::span<uint64_t> out) {
@@ -521,7 +547,9 @@ void VerbsTransport::quiesce_bulk() {
   while (rc_wrs_in_flight_ > 0 && std::chrono::steady_clock::now() < deadline) {
     const int got = ibv_poll_cq(rc_cq_, static_cast<int>(kMaxBatch), rc_wcs_.data());
     for (int i = 0; i < got; i++) {
-      ReadOp& r = read_ops_[static_cast<uint32_t>(rc_wcs_[static_cast<size_t>(i)].wr_id)];
+      const uint64_t wr_id = rc_wcs_[static_cast<size_t>(i)].wr_id;
+      if ((wr_id & kMwOpTag) != 0) continue;  // a bind or invalidation that timed out
+      ReadOp& r = read_ops_[static_cast<uint32_t>(wr_id)];
       rc_conns_[r.conn].wrs_in_flight--;
       rc_wrs_in_flight_--;
     }

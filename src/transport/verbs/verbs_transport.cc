@@ -238,7 +238,7 @@ VerbsTransport::~VerbsTransport() { cleanup(); }
 void VerbsTransport::cleanup() noexcept {
   if (qp_ != nullptr) ibv_destroy_qp(qp_);
   qp_ = nullptr;
-  exposures_.drain([](ibv_mr* mr) { ibv_dereg_mr(mr); });
+  cleanup_exposures();
   cleanup_rc();
   for (const AhEntry& entry : ah_entries_) {
     if (entry.ah != nullptr) ibv_destroy_ah(entry.ah);
@@ -495,37 +495,6 @@ uint64_t VerbsTransport::src_key_of(const RoutingInfo& resolved) const {
   uint32_t tail = w.lid;
   if (use_grh_) std::memcpy(&tail, w.gid + 12, sizeof(tail));
   return make_src_key(w.qpn, tail);
-}
-
-Result<MemReg> VerbsTransport::register_memory(void* addr, size_t len) {
-  // Local access only: sends from it, receives and reads into it. Peers
-  // read what expose_for_read grants, nothing else.
-  ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
-  if (mr == nullptr) {
-    return Failure{fmt::format("verbs transport: ibv_reg_mr of {} bytes failed: {}", len,
-                               std::strerror(errno))};
-  }
-  return MemReg{mr->lkey, mr};
-}
-
-void VerbsTransport::deregister_memory(const MemReg& reg) {
-  if (reg.desc != nullptr) ibv_dereg_mr(static_cast<ibv_mr*>(reg.desc));
-}
-
-bool VerbsTransport::expose_for_read(const void* addr, size_t len, Exposure& out) {
-  ibv_mr* mr = ibv_reg_mr(pd_, const_cast<void*>(addr), len, IBV_ACCESS_REMOTE_READ);
-  if (mr == nullptr) {
-    RPC_LOG_DEBUG("verbs transport: exposing {} bytes failed: {}", len, std::strerror(errno));
-    return false;
-  }
-  out = Exposure{reinterpret_cast<uint64_t>(addr), mr->rkey, exposures_.add(mr)};
-  return true;
-}
-
-void VerbsTransport::revoke_exposure(Exposure& exposure) {
-  if (!exposure.active()) return;
-  if (ibv_mr* mr = exposures_.take(exposure.handle); mr != nullptr) ibv_dereg_mr(mr);
-  exposure = Exposure{};
 }
 
 }  // namespace rpc::detail

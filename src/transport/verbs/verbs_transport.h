@@ -57,9 +57,12 @@ class VerbsTransport final : public Transport {
   uint64_t src_key_of(const RoutingInfo& resolved) const override;
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
-  // Registers exactly the payload for remote read (no local or remote
-  // write), and deregisters it on revoke: the rkey dies with the transfer.
-  bool expose_for_read(const void* addr, size_t len, Exposure& out) override;
+  // A type-2B memory window over exactly the payload, bound on the
+  // reader's RC QP (readable through it alone) and invalidated on revoke;
+  // on devices without such windows, a registration of the payload with
+  // remote read only, deregistered on revoke (verbs_expose.cc).
+  bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
+                       Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
   // RC READ bulk path (verbs_rc.cc). A client offers an RC QP in INIT with
   // each connect; the server connects one to it (or reuses the one it has
@@ -87,6 +90,10 @@ class VerbsTransport final : public Transport {
   ibv_qp* rc_qp_of(const RoutingInfo& resolved) const;
   ibv_cq* rc_cq() const { return rc_cq_; }
   uint32_t max_read_wr_bytes() const { return max_read_wr_bytes_; }
+  // Whether exposures are memory windows (the device has type-2B ones),
+  // and, for tests, a way to use registrations instead where it does.
+  bool exposes_by_window() const { return use_mw_; }
+  void use_memory_windows(bool on) { use_mw_ = on && mw_supported_; }
 
   // "rxe0 port 1, GID 1: <why that GID>": what the benchmarks print.
   std::string provider() const override;
@@ -169,7 +176,27 @@ class VerbsTransport final : public Transport {
   static constexpr std::chrono::milliseconds kRetiredAhGrace{100};
   std::vector<RetiredAh> retired_ahs_;
 
-  HandleTable<ibv_mr*> exposures_;  // live exposures
+  // --- exposures (verbs_expose.cc) ---
+  struct ExposureEntry {
+    ibv_mr* mr = nullptr;   // a registration of the payload (no windows)
+    ibv_mw* mw = nullptr;   // or a window bound on rc_conns_[conn]
+    uint32_t conn = 0;      // the RC connection the window is bound on,
+    uint32_t conn_gen = 0;  // while its generation is this one
+    bool operator==(const ExposureEntry&) const = default;
+  };
+  // wr_id of memory-window operations; reads' wr_ids are op indexes.
+  static constexpr uint64_t kMwOpTag = uint64_t{1} << 63;
+  static constexpr size_t kMwCqRoom = 16;
+  bool expose_by_window(uint32_t conn, const void* addr, size_t len, const MemReg& reg,
+                        Exposure& out);
+  bool run_mw_op(uint32_t conn, ibv_send_wr& wr);
+  void cleanup_exposures() noexcept;
+  HandleTable<ExposureEntry> exposures_;  // live exposures
+  std::vector<ibv_mw*> free_mws_;         // invalidated windows, to bind again
+  bool mw_supported_ = false;             // the device has type-2B windows
+  bool use_mw_ = false;
+  uint64_t mw_op_seq_ = 0;
+  size_t stray_mw_ops_ = 0;  // timed out; their completions may still come
 
   // --- RC READ (verbs_rc.cc) ---
   // The remote Rpc an RC QP talks to: its port (GID, LID) and UD QP number.
@@ -215,7 +242,7 @@ class VerbsTransport final : public Transport {
   void fail_rc(uint32_t index);
   void stop_rc(uint32_t index);
   void pump_rc(uint32_t index);
-  void finish_op(uint32_t op_index, std::span<BulkCompletion> out, size_t& n);
+  void on_read_completion(const ibv_wc& wc, std::span<BulkCompletion> out, size_t* n);
   bool resolve_ah(const VerbsRoutingWire& w, uint32_t& ah_index);
   void release_ah(uint32_t ah_index);
   static PeerKey peer_key_of(const VerbsRoutingWire& w);
