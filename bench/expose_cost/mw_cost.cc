@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <infiniband/verbs.h>
 
+#include "common/args.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -21,16 +23,6 @@
 #include <vector>
 
 namespace {
-
-size_t parse_size(const std::string& s) {
-  size_t mult = 1;
-  std::string digits = s;
-  if (!s.empty() && (s.back() == 'K' || s.back() == 'M')) {
-    mult = s.back() == 'K' ? size_t{1} << 10 : size_t{1} << 20;
-    digits.pop_back();
-  }
-  return std::stoul(digits) * mult;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -157,13 +149,11 @@ int main(int argc, char** argv) {
     } else if (a == "--iters" && has_value) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--sizes" && has_value) {
-      sizes.clear();
-      std::string list = argv[++i];
-      size_t pos = 0;
-      while (pos <= list.size()) {
-        const size_t comma = std::min(list.find(',', pos), list.size());
-        sizes.push_back(parse_size(list.substr(pos, comma - pos)));
-        pos = comma + 1;
+      try {
+        sizes = bench::parse_sizes("--sizes", argv[++i], size_t{1} << 30);
+      } catch (const bench::UsageError& e) {
+        fmt::print(stderr, "mw_cost: {}\n", e.what());
+        return 2;
       }
     } else {
       fmt::print(
