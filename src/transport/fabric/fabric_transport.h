@@ -78,6 +78,9 @@ class FabricTransport final : public Transport {
   // the engine can check that a session's packets come from its peer.
   bool knows_sources() const { return has_source_; }
   uint64_t tx_dropped() const { return tx_dropped_; }
+  // Sends and one-sided operations not completed yet, and datagrams still
+  // waiting for the provider (tests: a peer has received what was sent).
+  size_t sends_outstanding() const { return tx_ctx_.size() - tx_free_.size() + pending_count_; }
   // Address-vector entries held for peers (one per remote endpoint that
   // some resolved, not yet released routing info names).
   size_t num_remote_entries() const { return av_entries_.size(); }
