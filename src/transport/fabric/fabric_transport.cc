@@ -619,6 +619,7 @@ void FabricTransport::release_remote_routing_info(const RoutingInfo& resolved) {
   // otherwise go to whichever peer the address vector gives its slot next.
   const fi_addr_t addr = it->second.addr;
   drop_pending_to(addr);
+  fail_pending_rma_to(addr);
   fi_addr_t to_remove = addr;
   const int rc = fi_av_remove(av_, &to_remove, 1, 0);
   if (rc != 0) RPC_LOG_WARN("fabric transport: fi_av_remove: {}", fi_error(rc));
@@ -725,11 +726,13 @@ void FabricTransport::revoke_exposure(Exposure& exposure) {
 
 // libfabric cannot cancel an RMA operation; closing the endpoint ends them
 // all (the Rpc is going away, so nothing else needs it). Completions of
-// operations the close discarded are never reported.
+// operations the close discarded, and those never posted, are never
+// reported.
 void FabricTransport::quiesce_bulk() {
   if (ep_ != nullptr) fi_close(&ep_->fid);
   ep_ = nullptr;
   bulk_done_.clear();
+  pending_rma_.clear();
   pending_count_ = 0;
 }
 
@@ -739,24 +742,66 @@ bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   if (ctx == nullptr) return false;
   ctx->kind = OpKind::kBulk;
   ctx->cookie = op.cookie;
-  const fi_addr_t peer =
-      reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
-  const ssize_t rc = write ? fi_write(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                      op.remote_addr, op.remote_key, &ctx->fi)
-                           : fi_read(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                     op.remote_addr, op.remote_key, &ctx->fi);
+  const PendingRma r{ctx,
+                     reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr,
+                     op.local_addr,
+                     op.local_desc,
+                     op.remote_addr,
+                     op.remote_key,
+                     op.len,
+                     write};
+  // Behind others that wait, in order; else at once.
+  const ssize_t rc = pending_rma_.empty() ? issue_rma(r) : -FI_EAGAIN;
+  if (rc == -FI_EAGAIN) {
+    pending_rma_.push_back(r);
+    return true;
+  }
   if (rc != 0) {
     tx_free_.push_back(ctx);
-    if (rc != -FI_EAGAIN) {
-      RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
-    }
+    RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
     return false;
   }
   return true;
 }
 
+ssize_t FabricTransport::issue_rma(const PendingRma& r) {
+  return r.write ? fi_write(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
+                            r.remote_key, &r.ctx->fi)
+                 : fi_read(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
+                           r.remote_key, &r.ctx->fi);
+}
+
+// Posts what waits, oldest first, until the provider pushes back; one it
+// refuses for good is reported failed (the engine retries the transfer).
+void FabricTransport::drain_pending_rma() {
+  size_t done = 0;
+  for (; done < pending_rma_.size(); done++) {
+    const PendingRma& r = pending_rma_[done];
+    const ssize_t rc = issue_rma(r);
+    if (rc == -FI_EAGAIN) break;
+    if (rc != 0) {
+      RPC_LOG_WARN("fabric transport: {}: {}", r.write ? "fi_write" : "fi_read", fi_error(rc));
+      bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
+      tx_free_.push_back(r.ctx);
+    }
+  }
+  pending_rma_.erase(pending_rma_.begin(), pending_rma_.begin() + static_cast<ptrdiff_t>(done));
+}
+
+// The peer's address-vector entry is going away: what still waits for it
+// fails rather than reach whoever gets the entry next.
+void FabricTransport::fail_pending_rma_to(fi_addr_t peer) {
+  std::erase_if(pending_rma_, [&](const PendingRma& r) {
+    if (r.peer != peer) return false;
+    bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
+    tx_free_.push_back(r.ctx);
+    return true;
+  });
+}
+
 size_t FabricTransport::poll_bulk(std::span<BulkCompletion> out) {
   progress_tx();
+  if (!pending_rma_.empty() && ep_ != nullptr) drain_pending_rma();
   const size_t n = std::min(out.size(), bulk_done_.size());
   std::copy_n(bulk_done_.begin(), n, out.begin());
   bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(n));
