@@ -152,6 +152,45 @@ TEST_CASE("a peer's address-vector entry is removed when the last session to it 
   CHECK(a.num_remote_entries() == 1);
 }
 
+TEST_CASE("a fabric endpoint lets go of a peer whose datagrams it has not read yet", "[fabric]") {
+  // libfabric's ofi_rxm over verbs (1.17) closed a connection's endpoint and
+  // then processed the receives still queued for it, reposting their buffers
+  // on the freed endpoint: SIGSEGV in fi_close or fi_av_remove. The
+  // transport asks for rxm's shared receive context, which outlives them.
+  const std::string provider = GENERATE(from_range(providers_under_test()));
+  const bool close_endpoint = GENERATE(true, false);
+  INFO("provider " << provider << (close_endpoint ? ", closing the endpoint" : ", releasing"));
+  auto a = std::make_unique<FabricTransport>(fabric_config(provider), "127.0.0.1");
+  FabricTransport b(fabric_config(provider), "127.0.0.1");
+  const auto [to_b, to_a] = resolve_each_other(*a, b);
+  TxBuffer buf(b, b.caps().max_pkt_bytes);
+  const TxItem item = buf.item(to_a, static_cast<uint32_t>(b.caps().max_data_per_pkt));
+  // Given a connection from b to a that has carried a datagram
+  b.tx_burst({&item, 1});
+  RxPacket pkt{};
+  REQUIRE(receive_one(*a, pkt, [&] { b.rx_burst({}); }));
+  a->post_recvs(1);
+  // When b sends more, zero copy, and every send completes (over RDMA: in
+  // a's receive queue), while a reads nothing
+  const std::vector<TxItem> more(8, item);
+  b.tx_burst(more);
+  REQUIRE(wait_until([&] {
+    b.rx_burst({});
+    return b.sends_outstanding() == 0;
+  }));
+  // Expect a to let go of b, its whole endpoint or its last route to b,
+  // and both to live on
+  if (close_endpoint) {
+    a.reset();
+  } else {
+    a->release_remote_routing_info(to_b);
+    CHECK(a->num_remote_entries() == 0);
+    a->rx_burst({});
+  }
+  b.rx_burst({});
+  CHECK(b.tx_dropped() == 0);
+}
+
 TEST_CASE("thousands of distinct peers coming and going leave no address-vector entries",
           "[fabric]") {
   // rxm's addresses are sockaddr_in: other ports make other peers

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <rdma/fi_errno.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -29,13 +30,17 @@ constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
 // then recovers it), so a stuck peer cannot stall the event loop.
 constexpr int kMaxTxRetries = 256;
 // libfabric 1.17's ofi_rxm over verbs opens, at fi_enable, one device
-// completion queue for all its connections, of (FI_OFI_RXM_MSG_TX_SIZE +
-// FI_OFI_RXM_MSG_RX_SIZE) x FI_UNIVERSE_SIZE entries: (128 + 128) x 1024 =
-// 262,144 with libfabric's defaults, and nothing in our hints changes it.
+// completion queue for all its connections, of FI_OFI_RXM_MSG_TX_SIZE x
+// FI_UNIVERSE_SIZE entries plus the receive side: FI_OFI_RXM_MSG_RX_SIZE
+// once with a shared receive context (4096, the default here: see
+// default_fabric_settings), or FI_OFI_RXM_MSG_RX_SIZE x FI_UNIVERSE_SIZE
+// without (128 each). With libfabric's FI_UNIVERSE_SIZE of 1024 that is
+// 135,168 or 262,144 entries, and nothing in our hints changes it.
 // Soft-RoCE (rdma_rxe) allows 32,767 entries per queue, so the default
-// fails there (fi_enable: Invalid argument). 64 makes it 16,384: 64 peers
-// with every queue full before it can overflow, and rxm drains it on every
-// poll. FI_UNIVERSE_SIZE also sizes address vectors initially; they grow.
+// fails there (fi_enable: Invalid argument). 64 makes it 12,288 (16,384
+// without the shared context): 64 peers with every queue full before it
+// can overflow, and rxm drains it on every poll. FI_UNIVERSE_SIZE also
+// sizes address vectors initially; they grow.
 constexpr const char* kVerbsUniverseSize = "64";
 
 [[noreturn]] void fail(const std::string& what, int errno_value = 0) {
@@ -91,13 +96,35 @@ bool is_verbs(const std::string& provider) { return provider.find("verbs") != st
 // with all access rights, so an exposure's key would also write, and reach
 // the whole region (a test over verbs;ofi_rxm showed both). They are
 // turned off unless the user set them; exposures_are_distinct() checks.
+//
+// ofi_rxm gets a shared receive context (FI_OFI_RXM_USE_SRX, read at every
+// fi_getinfo) unless the user chose: tcp has one by default, verbs not, and
+// without it libfabric (1.17 up to at least 2.3) closes a connection's
+// endpoint and then processes the completions still queued for it,
+// reposting each received buffer on the freed endpoint: SIGSEGV in fi_close
+// (rxm_close_conn -> rxm_flush_msg_cq -> rxm_post_recv -> fi_recv) or in
+// fi_av_remove whenever a peer's datagram arrived that we had not read yet.
+// With the shared context buffers go back to it, which outlives the
+// connections (docs/transports.md, "ofi_rxm's shared receive context").
 void default_fabric_settings(const std::string& provider) {
   static std::once_flag once;
   std::call_once(once, [&provider] {
     if (provider.empty() || is_verbs(provider)) setenv("FI_UNIVERSE_SIZE", kVerbsUniverseSize, 0);
     setenv("FI_MR_CACHE_MAX_COUNT", "0", 0);
     setenv("FI_EFA_MR_CACHE_ENABLE", "0", 0);
+    setenv("FI_OFI_RXM_USE_SRX", "1", 0);
   });
+}
+
+// True when the user turned ofi_rxm's shared receive context off
+// (libfabric's spellings of a false boolean).
+bool rxm_srx_off() {
+  const char* v = std::getenv("FI_OFI_RXM_USE_SRX");
+  if (v == nullptr) return false;
+  for (const char* no : {"0", "false", "no", "off"}) {
+    if (strcasecmp(v, no) == 0) return true;
+  }
+  return false;
 }
 
 // What to do when fi_enable fails on ofi_rxm over verbs (see above).
@@ -105,8 +132,9 @@ std::string enable_advice(const std::string& provider) {
   if (!is_verbs(provider)) return "";
   const char* universe = std::getenv("FI_UNIVERSE_SIZE");
   return fmt::format(
-      " (ofi_rxm over verbs opens a completion queue of (FI_OFI_RXM_MSG_TX_SIZE + "
-      "FI_OFI_RXM_MSG_RX_SIZE) x FI_UNIVERSE_SIZE entries, which may exceed the device's "
+      " (ofi_rxm over verbs opens a completion queue of FI_OFI_RXM_MSG_TX_SIZE x "
+      "FI_UNIVERSE_SIZE + FI_OFI_RXM_MSG_RX_SIZE entries (the latter x FI_UNIVERSE_SIZE too "
+      "without a shared receive context), which may exceed the device's "
       "max_cqe; FI_UNIVERSE_SIZE is {}: set it to {} before the process first calls libfabric)",
       universe != nullptr ? universe : "unset (1024)", kVerbsUniverseSize);
 }
@@ -215,6 +243,12 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     if (config.fabric_provider.empty()) {
       RPC_LOG_INFO("fabric transport: no fabric_provider configured; picked {} (available: {})",
                    provider_, rdm_providers());
+    }
+    if (is_verbs(provider_) && rxm_srx_off()) {
+      RPC_LOG_WARN(
+          "fabric transport: FI_OFI_RXM_USE_SRX is off: libfabric's ofi_rxm over verbs may then "
+          "crash (SIGSEGV) closing a connection with datagrams not yet read (fi_close, "
+          "fi_av_remove); leave it unset");
     }
     // shm (libfabric 1.17) reports a sender it has no address-vector
     // entry for as fi_addr 0 instead of FI_ADDR_NOTAVAIL, i.e. as whichever
@@ -585,6 +619,7 @@ void FabricTransport::release_remote_routing_info(const RoutingInfo& resolved) {
   // otherwise go to whichever peer the address vector gives its slot next.
   const fi_addr_t addr = it->second.addr;
   drop_pending_to(addr);
+  fail_pending_rma_to(addr);
   fi_addr_t to_remove = addr;
   const int rc = fi_av_remove(av_, &to_remove, 1, 0);
   if (rc != 0) RPC_LOG_WARN("fabric transport: fi_av_remove: {}", fi_error(rc));
@@ -698,11 +733,13 @@ void FabricTransport::revoke_exposure(Exposure& exposure) {
 
 // libfabric cannot cancel an RMA operation; closing the endpoint ends them
 // all (the Rpc is going away, so nothing else needs it). Completions of
-// operations the close discarded are never reported.
+// operations the close discarded, and those never posted, are never
+// reported.
 void FabricTransport::quiesce_bulk() {
   if (ep_ != nullptr) fi_close(&ep_->fid);
   ep_ = nullptr;
   bulk_done_.clear();
+  pending_rma_.clear();
   pending_count_ = 0;
 }
 
@@ -712,24 +749,66 @@ bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   if (ctx == nullptr) return false;
   ctx->kind = OpKind::kBulk;
   ctx->cookie = op.cookie;
-  const fi_addr_t peer =
-      reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
-  const ssize_t rc = write ? fi_write(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                      op.remote_addr, op.remote_key, &ctx->fi)
-                           : fi_read(ep_, op.local_addr, op.len, op.local_desc, peer,
-                                     op.remote_addr, op.remote_key, &ctx->fi);
+  const PendingRma r{ctx,
+                     reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr,
+                     op.local_addr,
+                     op.local_desc,
+                     op.remote_addr,
+                     op.remote_key,
+                     op.len,
+                     write};
+  // Behind others that wait, in order; else at once.
+  const ssize_t rc = pending_rma_.empty() ? issue_rma(r) : -FI_EAGAIN;
+  if (rc == -FI_EAGAIN) {
+    pending_rma_.push_back(r);
+    return true;
+  }
   if (rc != 0) {
     tx_free_.push_back(ctx);
-    if (rc != -FI_EAGAIN) {
-      RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
-    }
+    RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
     return false;
   }
   return true;
 }
 
+ssize_t FabricTransport::issue_rma(const PendingRma& r) {
+  return r.write ? fi_write(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
+                            r.remote_key, &r.ctx->fi)
+                 : fi_read(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
+                           r.remote_key, &r.ctx->fi);
+}
+
+// Posts what waits, oldest first, until the provider pushes back; one it
+// refuses for good is reported failed (the engine retries the transfer).
+void FabricTransport::drain_pending_rma() {
+  size_t done = 0;
+  for (; done < pending_rma_.size(); done++) {
+    const PendingRma& r = pending_rma_[done];
+    const ssize_t rc = issue_rma(r);
+    if (rc == -FI_EAGAIN) break;
+    if (rc != 0) {
+      RPC_LOG_WARN("fabric transport: {}: {}", r.write ? "fi_write" : "fi_read", fi_error(rc));
+      bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
+      tx_free_.push_back(r.ctx);
+    }
+  }
+  pending_rma_.erase(pending_rma_.begin(), pending_rma_.begin() + static_cast<ptrdiff_t>(done));
+}
+
+// The peer's address-vector entry is going away: what still waits for it
+// fails rather than reach whoever gets the entry next.
+void FabricTransport::fail_pending_rma_to(fi_addr_t peer) {
+  std::erase_if(pending_rma_, [&](const PendingRma& r) {
+    if (r.peer != peer) return false;
+    bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
+    tx_free_.push_back(r.ctx);
+    return true;
+  });
+}
+
 size_t FabricTransport::poll_bulk(std::span<BulkCompletion> out) {
   progress_tx();
+  if (!pending_rma_.empty() && ep_ != nullptr) drain_pending_rma();
   const size_t n = std::min(out.size(), bulk_done_.size());
   std::copy_n(bulk_done_.begin(), n, out.begin());
   bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(n));

@@ -81,6 +81,10 @@ class FabricTransport final : public Transport {
   // the engine can check that a session's packets come from its peer.
   bool knows_sources() const { return has_source_; }
   uint64_t tx_dropped() const { return tx_dropped_; }
+  // Sends and one-sided operations not completed yet (posted or waiting),
+  // and datagrams still waiting for the provider (tests: a peer has
+  // received what was sent).
+  size_t sends_outstanding() const { return tx_ctx_.size() - tx_free_.size() + pending_count_; }
   // Address-vector entries held for peers (one per remote endpoint that
   // some resolved, not yet released routing info names).
   size_t num_remote_entries() const { return av_entries_.size(); }
@@ -105,6 +109,24 @@ class FabricTransport final : public Transport {
   bool exposures_are_distinct(const MemReg& ring);
   bool expose(const void* addr, size_t len, Exposure& out);
   bool post_rma(const BulkOp& op, bool write);
+  // A one-sided operation holding its context: posted, or waiting because
+  // the provider refused it for now (-FI_EAGAIN: e.g. a read on a
+  // connection rxm is still accepting; without verbs' flow control, which
+  // rxm's shared receive context turns off, the peer's request can arrive
+  // first). Waiting ones are retried in order on every poll.
+  struct PendingRma {
+    OpContext* ctx;
+    fi_addr_t peer;
+    uint8_t* local_addr;
+    void* local_desc;
+    uint64_t remote_addr;
+    uint64_t remote_key;
+    uint32_t len;
+    bool write;
+  };
+  ssize_t issue_rma(const PendingRma& r);
+  void drain_pending_rma();
+  void fail_pending_rma_to(fi_addr_t peer);
   void post_recv(uint32_t index);
   void progress_tx();  // reaps send and bulk completions
   // A datagram the provider could not take yet (-FI_EAGAIN: e.g. the
@@ -161,6 +183,7 @@ class FabricTransport final : public Transport {
   size_t pending_count_ = 0;
   uint64_t tx_dropped_ = 0;
   std::vector<BulkCompletion> bulk_done_;
+  std::vector<PendingRma> pending_rma_;  // oldest first
 
   // Registered regions by lkey (TxItem carries the lkey, sends need the
   // descriptor).
