@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <span>
@@ -23,6 +25,10 @@ constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
 // burst are outstanding.
 constexpr size_t kSignalEvery = 64;
 constexpr size_t kSendQueueDepth = 4 * kSignalEvery;
+// How long a burst waits for the previous signaled send before posting
+// anyway (a healthy device completes it in microseconds): a stalled device
+// costs datagrams, which RTOs recover, never the Rpc's thread.
+constexpr std::chrono::milliseconds kReapTimeout{1000};
 // Control packets (a bare header) and small messages are copied into the
 // work request: no registration needed, and one DMA read fewer.
 constexpr uint32_t kWantedInlineBytes = 128;
@@ -284,8 +290,14 @@ void VerbsTransport::post_recvs(size_t n) {
 }
 
 // Waits for the previous signaled send: its completion also retires every
-// unsignaled send posted before it, which bounds the send queue.
+// unsignaled send posted before it, which bounds the send queue. Each send's
+// wr_id is its sequence number, so the signaled one is recognised whatever
+// its status: a send that fails (rxe then moves the QP to error and flushes
+// every later send with an error too) completes once, with an error, and
+// nothing else will come for it. Waiting for a success instead spun here
+// forever, with the Rpc's thread, as soon as one send failed.
 void VerbsTransport::reap_signaled_send() {
+  const auto deadline = std::chrono::steady_clock::now() + kReapTimeout;
   ibv_wc wc{};
   for (;;) {
     const int n = ibv_poll_cq(send_cq_, 1, &wc);
@@ -293,14 +305,24 @@ void VerbsTransport::reap_signaled_send() {
       RPC_LOG_ERROR("verbs transport: polling the send CQ failed");
       break;
     }
-    if (n == 0) continue;
-    if (wc.status != IBV_WC_SUCCESS) {
-      // Errors complete even unsignaled sends; that datagram is lost.
-      tx_errors_++;
-      RPC_LOG_WARN("verbs transport: send failed: {}", ibv_wc_status_str(wc.status));
-      continue;
+    if (n == 0) {
+      if (std::chrono::steady_clock::now() < deadline) continue;
+      // Posting more (our caller does next) rings the doorbell again; a
+      // late completion is consumed by the next wait, as an older one.
+      RPC_LOG_ERROR("verbs transport: a signaled send did not complete within {} ms",
+                    kReapTimeout.count());
+      signaled_outstanding_ = false;
+      return;  // completed_seq_ stays where it was
     }
-    break;  // our signaled send
+    if (wc.status != IBV_WC_SUCCESS) {
+      // Errors complete even unsignaled sends; that datagram is lost. A QP
+      // in error fails every send: the 1st, 2nd, 4th, 8th... are logged.
+      if (std::has_single_bit(++tx_errors_)) {
+        RPC_LOG_WARN("verbs transport: send {} failed: {} ({} failed so far)", wc.wr_id,
+                     ibv_wc_status_str(wc.status), tx_errors_);
+      }
+    }
+    if (wc.wr_id >= signaled_seq_) break;  // our signaled send (completions come in order)
   }
   signaled_outstanding_ = false;
   // Send completions come in order: every send up to the signaled one is done.
@@ -337,7 +359,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
       }
       wr.send_flags =
           kPktHeaderBytes + item.data_len <= caps_.max_inline_bytes ? IBV_SEND_INLINE : 0;
-      if (++sends_posted_ % kSignalEvery == 0) {
+      wr.wr_id = ++sends_posted_;  // the sequence number reap_signaled_send looks for
+      if (sends_posted_ % kSignalEvery == 0) {
         if (signaled_outstanding_) reap_signaled_send();
         wr.send_flags |= IBV_SEND_SIGNALED;
         signaled_outstanding_ = true;
