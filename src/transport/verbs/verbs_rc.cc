@@ -59,8 +59,10 @@ void VerbsTransport::init_rc(const ibv_device_attr& da, const ibv_port_attr& pa)
   max_read_wr_bytes_ = std::min<uint32_t>(pa.max_msg_sz, kMaxReadWrBytes);
   // Reads may fill rc_cq_depth_ entries; memory-window operations (one
   // at a time, plus any that timed out) get kMwCqRoom more.
-  rc_cq_depth_ = std::min<uint32_t>(kWantedRcCqDepth, static_cast<uint32_t>(da.max_cqe)) -
-                 static_cast<uint32_t>(kMwCqRoom);
+  rc_cq_depth_ =
+      std::max<uint32_t>(std::min<uint32_t>(kWantedRcCqDepth, static_cast<uint32_t>(da.max_cqe)) -
+                             std::min<uint32_t>(kMwCqRoom, static_cast<uint32_t>(da.max_cqe) / 2),
+                         1);
   rc_cq_ = ibv_create_cq(ctx_, static_cast<int>(rc_cq_depth_ + kMwCqRoom), nullptr, nullptr, 0);
   if (rc_cq_ == nullptr) {
     // No bulk path, datagrams still work: large messages go as datagrams.
@@ -332,13 +334,7 @@ void VerbsTransport::release_rc(uint32_t index) {
     }
     if (c.wrs_in_flight > 0) return;
   }
-  auto erase_if_me = [index](auto& map, const auto& key) {
-    auto it = map.find(key);
-    if (it != map.end() && it->second == index) map.erase(it);
-  };
-  erase_if_me(rc_by_peer_, c.peer);
-  erase_if_me(rc_by_hint_, c.hint);
-  erase_if_me(offers_by_hint_, c.hint);
+  unlist_rc(index, /*offer_too=*/true);
   ibv_destroy_qp(c.qp);
   c = RcConn{.gen = c.gen};
   free_rc_.push_back(index);
@@ -436,6 +432,19 @@ void VerbsTransport::fail_rc(uint32_t index) {
   stop_rc(index);
 }
 
+// Removes the QP from the maps a connect finds QPs by (and from the
+// pending offers, when offer_too), where it is listed under its index.
+void VerbsTransport::unlist_rc(uint32_t index, bool offer_too) {
+  const RcConn& c = rc_conns_[index];
+  auto erase_if_me = [index](auto& map, const auto& key) {
+    auto it = map.find(key);
+    if (it != map.end() && it->second == index) map.erase(it);
+  };
+  erase_if_me(rc_by_peer_, c.peer);
+  erase_if_me(rc_by_hint_, c.hint);
+  if (offer_too) erase_if_me(offers_by_hint_, c.hint);
+}
+
 // Moves a failed or abandoned QP to the error state: what is posted is
 // flushed (poll_bulk reports it failed), what is queued fails now, and no
 // new session may connect to it.
@@ -444,12 +453,7 @@ void VerbsTransport::stop_rc(uint32_t index) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;  // flushes what is still posted, if it is not in error yet
   ibv_modify_qp(c.qp, &attr, IBV_QP_STATE);
-  auto erase_if_me = [index](auto& map, const auto& key) {
-    auto it = map.find(key);
-    if (it != map.end() && it->second == index) map.erase(it);
-  };
-  erase_if_me(rc_by_peer_, c.peer);
-  erase_if_me(rc_by_hint_, c.hint);
+  unlist_rc(index, /*offer_too=*/false);
   while (c.queue_head != kNoOp) {
     const uint32_t op_index = c.queue_head;
     ReadOp& r = read_ops_[op_index];

@@ -241,6 +241,7 @@ class VerbsTransport final : public Transport {
   void release_rc(uint32_t index);
   void fail_rc(uint32_t index);
   void stop_rc(uint32_t index);
+  void unlist_rc(uint32_t index, bool offer_too);
   void pump_rc(uint32_t index);
   void on_read_completion(const ibv_wc& wc, std::span<BulkCompletion> out, size_t* n);
   bool resolve_ah(const VerbsRoutingWire& w, uint32_t& ah_index);
