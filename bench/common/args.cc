@@ -163,6 +163,18 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
   } else if (flag.name == "--gid-index") {
     ep.gid_index =
         value == "auto" ? -1 : static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
+  } else if (flag.name == "--verbs-bulk") {
+    if (value == "auto") {
+      ep.verbs_bulk = rpc::VerbsBulk::kAuto;
+    } else if (value == "rc") {
+      ep.verbs_bulk = rpc::VerbsBulk::kRc;
+    } else if (value == "dc") {
+      ep.verbs_bulk = rpc::VerbsBulk::kDc;
+    } else if (value == "off") {
+      ep.verbs_bulk = rpc::VerbsBulk::kOff;
+    } else {
+      throw UsageError(fmt::format("--verbs-bulk: '{}' is not one of auto, rc, dc, off", value));
+    }
   } else if (flag.name == "--fabric-provider") {
     if (value.empty()) throw UsageError("--fabric-provider: empty name");
     ep.fabric_provider = std::string(value);
@@ -210,6 +222,8 @@ std::string endpoint_usage() {
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
       "  --gid-index N|auto   verbs: the GID index to address the port by (default auto:\n"
       "                       the RoCEv2 GID of the Nexus's IP, else one with an address)\n"
+      "  --verbs-bulk MODE    verbs: auto (DC on mlx5 NICs, else RC), rc, dc, off\n"
+      "                       (large messages as datagrams); default auto\n"
       "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"
       "                       default: the first with RDM endpoints)\n"
       "  --sm-timeout-ms N    NexusConfig.sm_timeout_ms: connect timeout (default 1000)\n"

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "rpc/config.h"
+
 namespace bench {
 
 // Bad command line: reported with the usage text, exit status 2.
@@ -68,19 +70,20 @@ struct EndpointOptions {
   std::optional<std::string> client_uri;
   std::string transport = "udp";
   std::size_t mtu = kDefaultMtu;
-  std::string verbs_device;         // empty: the first device with an active port
-  int gid_index = -1;               // -1: RpcConfig's automatic choice
-  std::string fabric_provider;      // empty: libfabric's first RDM provider
-  uint32_t sm_timeout_ms = 0;       // 0: NexusConfig's default
-  uint32_t failure_timeout_ms = 0;  // 0: NexusConfig's default
+  std::string verbs_device;  // empty: the first device with an active port
+  int gid_index = -1;        // -1: RpcConfig's automatic choice
+  rpc::VerbsBulk verbs_bulk = rpc::VerbsBulk::kAuto;
+  std::string fabric_provider;           // empty: libfabric's first RDM provider
+  uint32_t sm_timeout_ms = 0;            // 0: NexusConfig's default
+  uint32_t failure_timeout_ms = 0;       // 0: NexusConfig's default
   std::size_t bulk_threshold_bytes = 0;  // 0: RpcConfig's default
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
 inline constexpr std::string_view kEndpointFlags[] = {
-    "--mode",          "--server-uri",        "--client-uri", "--transport",
-    "--mtu",           "--verbs-device",      "--gid-index",  "--fabric-provider",
-    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold"};
+    "--mode",          "--server-uri",         "--client-uri",     "--transport",
+    "--mtu",           "--verbs-device",       "--gid-index",      "--fabric-provider",
+    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold", "--verbs-bulk"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

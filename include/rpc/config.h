@@ -35,6 +35,22 @@ struct NexusConfig {
 // RpcStats::callback_exceptions.
 using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
 
+// verbs: how large messages travel (RpcConfig::verbs_bulk).
+enum class VerbsBulk : uint8_t {
+  // DC where the device offers it (an mlx5 NIC, librpc built with mlx5dv),
+  // else RC.
+  kAuto,
+  // RDMA READ over RC queue pairs, one per pair of Rpcs.
+  kRc,
+  // RDMA READ over mlx5 Dynamically Connected transport: one initiator
+  // (DCI) and one target (DCT) per Rpc reach every peer. The Rpc
+  // constructor throws where it is not available. Never run on hardware
+  // by the project's tests (docs/transports.md).
+  kDc,
+  // No one-sided path: large messages go as multi-packet datagrams.
+  kOff,
+};
+
 struct RpcConfig {
   RpcId rpc_id = 0;
   // "udp" (default), "fake" (in-process, for tests), "verbs" (RDMA UD
@@ -56,6 +72,10 @@ struct RpcConfig {
   std::string verbs_device = {};
   uint8_t verbs_port = 1;
   int verbs_gid_index = -1;
+  // verbs: the bulk path for messages above bulk_threshold_bytes (see
+  // VerbsBulk). A peer whose path differs is read over RC where both have
+  // it, else by datagrams; Rpc::transport_provider() names the path.
+  VerbsBulk verbs_bulk = VerbsBulk::kAuto;
   // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
   // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.
   std::string fabric_provider = {};

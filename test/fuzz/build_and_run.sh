@@ -16,10 +16,11 @@ secs=${1:-20}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=$root/build-fuzz
 fuzz_src=$root/test/fuzz
-targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx)
+targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing)
 # Largest input worth mutating, per target: a header plus lengths; one SM
-# datagram and a bit more; a few dozen 128-byte packets.
-declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096)
+# datagram and a bit more; a few dozen 128-byte packets; one routing info.
+declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096
+                    [fuzz_verbs_routing]=48)
 
 CXX=${CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "build_and_run.sh: $CXX not found" >&2; exit 2; }

@@ -97,6 +97,18 @@ def main():
     # Truncated and empty datagrams to both ends.
     write(t, 'short', b'\x03\x00' + dgram(0x00, b'\x0b' * 8) + dgram(0x03, b'') + dgram(0x41, b'\xff' * 15))
 
+    # fuzz_verbs_routing: layout 3 routing info (verbs_routing.h), 40 bytes.
+    t = 'fuzz_verbs_routing'
+
+    def verbs_routing(bulk=0, rd_atomic=0, fields=bytes(12), layout=3):
+        gid = bytes(10) + b'\xff\xff' + bytes([10, 0, 0, 1])
+        return gid + struct.pack('<IHHBBBB', 0x11, 0, 0x5642, layout, rd_atomic, bulk, 0) + fields
+
+    write(t, 'datagrams_only', verbs_routing())
+    write(t, 'rc_offer', verbs_routing(1, 16, struct.pack('<III', 0x12, 0xABCDEF, 0x13)))
+    write(t, 'dc_offer', verbs_routing(2, 16, struct.pack('<IQ', 0x345, 0x0123456789ABCDEF)))
+    write(t, 'layout2', verbs_routing(0, 16, struct.pack('<III', 0x12, 0xABCDEF, 0), layout=2))
+
 
 if __name__ == '__main__':
     main()

@@ -10,7 +10,10 @@
 // guarantee. Binding is also cheaper than registering the payload (pages
 // are pinned once, with the chunk): bench/expose_cost/mw_cost measured
 // both on Soft-RoCE. Devices without type-2B windows fall back to a
-// registration per payload (REMOTE_READ, deregistered on revoke).
+// registration per payload (REMOTE_READ, deregistered on revoke), and so
+// do exposures to a peer reading over DC (a window cannot be bound to a DC
+// target); there, only peers holding our DC access key reach the target
+// at all.
 //
 // Both work requests are waited for: the control packet naming the window
 // travels on the UD QP, which is not ordered with the RC QP's send queue,
@@ -62,8 +65,11 @@ bool VerbsTransport::expose_for_read(const RoutingInfo& reader, const void* addr
       rc_conns_[v.rc_index].state != RcState::kConnected) {
     return false;
   }
-  if (use_mw_ && stray_mw_ops_ < kMwCqRoom)
+  // A window binds to one QP; a DC peer reads through our DC target,
+  // which has no send queue to bind on: over DC, a registration.
+  if (use_mw_ && stray_mw_ops_ < kMwCqRoom && !rc_conns_[v.rc_index].dc) {
     return expose_by_window(v.rc_index, addr, len, reg, out);
+  }
   ibv_mr* mr = ibv_reg_mr(pd_, const_cast<void*>(addr), len, IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) {
     RPC_LOG_DEBUG("verbs transport: exposing {} bytes failed: {}", len, std::strerror(errno));

@@ -2,9 +2,9 @@
 //
 // One RC QP per (client Rpc, server Rpc) pair, shared by every session
 // between them, set up inside session connect (no extra round trip):
-//  - the client's connect request offers a QP in INIT (rc_qpn, rc_psn), and
+//  - the client's connect request offers a QP in INIT (rc.qpn, rc.psn), and
 //    names the QP it already has connected to that server, if any
-//    (rc_peer_qpn; the engine's peer hint says which server);
+//    (rc.peer_qpn; the engine's peer hint says which server);
 //  - the server reuses its QP for that client Rpc when it is connected to
 //    one of the two, else it connects a new one to the offer (RTR, RTS);
 //    it answers with its QP and the client QP that QP is connected to;
@@ -75,10 +75,31 @@ void VerbsTransport::init_rc(const ibv_device_attr& da, const ibv_port_attr& pa)
   mw_supported_ = (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
   use_mw_ = mw_supported_;
   free_mws_.reserve(1024);
-  caps_.bulk = true;
+}
+
+// RC came up when rc_cq_ did; DC is probed only when the configuration
+// may use it. Throws when verbs_bulk = dc cannot be honoured.
+void VerbsTransport::choose_bulk(VerbsBulk wanted) {
+  BulkProbe probe{device_name_, rc_cq_ != nullptr, DcAvailability::kNotProbed, {}};
+  if (wants_dc_probe(wanted)) {
+    if (rc_cq_ != nullptr) {
+      probe.dc = init_dc(probe.dc_error);
+    } else {
+      probe.dc = DcAvailability::kRefused;
+      probe.dc_error = "no completion queue for reads";
+    }
+  }
+  Result<BulkChoice> choice = choose_bulk_path(wanted, probe);
+  if (!choice) throw Error("verbs transport: " + choice.error(), EINVAL);
+  if (choice->kind != VerbsBulkKind::kDc) cleanup_dc();
+  bulk_kind_ = choice->kind;
+  bulk_reason_ = choice->reason;
+  caps_.bulk = bulk_kind_ != VerbsBulkKind::kNone;
+  RPC_LOG_DEBUG("verbs transport: bulk path: {}", bulk_reason_);
 }
 
 void VerbsTransport::cleanup_rc() noexcept {
+  cleanup_dc();  // its target completes on rc_cq_; its initiator goes below
   for (RcConn& c : rc_conns_) {
     if (c.qp != nullptr) ibv_destroy_qp(c.qp);
     c.qp = nullptr;
@@ -155,8 +176,8 @@ bool VerbsTransport::connect_rc(uint32_t index, const VerbsRoutingWire& w) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = path_mtu_;
-  attr.dest_qp_num = w.rc_qpn;
-  attr.rq_psn = w.rc_psn;
+  attr.dest_qp_num = w.rc.qpn;
+  attr.rq_psn = w.rc.psn;
   attr.max_dest_rd_atomic = local_rd_atomic_;
   attr.min_rnr_timer = kMinRnrTimer;
   attr.ah_attr.port_num = port_;
@@ -187,7 +208,7 @@ bool VerbsTransport::connect_rc(uint32_t index, const VerbsRoutingWire& w) {
     return false;
   }
   c.state = RcState::kConnected;
-  c.remote_qpn = w.rc_qpn;
+  c.remote_qpn = w.rc.qpn;
   c.peer = peer_key_of(w);
   return true;
 }
@@ -203,6 +224,15 @@ uint32_t VerbsTransport::rc_index_by_qpn(uint32_t qpn) const {
 bool VerbsTransport::prepare_connect(RoutingInfo& offer, uint64_t peer_hint) {
   if (!caps_.bulk) return true;  // datagrams only: nothing to offer
   VerbsRoutingWire w = verbs_info_of(offer).wire;
+  w.rd_atomic = local_rd_atomic_;
+  if (bulk_kind_ == VerbsBulkKind::kDc) {  // our target, readable by any peer with its key
+    w.bulk = VerbsBulkKind::kDc;
+    w.dc.dct_num = dct_->qp_num;
+    w.dc.set_key(dc_key_);
+    offer = RoutingInfo{};
+    std::memcpy(offer.bytes.data(), &w, sizeof(w));
+    return true;
+  }
   uint32_t peer_qpn = 0;
   if (auto it = rc_by_hint_.find(peer_hint); it != rc_by_hint_.end()) {
     peer_qpn = rc_conns_[it->second].qp->qp_num;
@@ -219,10 +249,10 @@ bool VerbsTransport::prepare_connect(RoutingInfo& offer, uint64_t peer_hint) {
   }
   RcConn& c = rc_conns_[index];
   c.refs++;
-  w.rc_qpn = c.qp->qp_num;
-  w.rc_psn = c.psn;
-  w.rc_peer_qpn = peer_qpn;
-  w.rd_atomic = local_rd_atomic_;
+  w.bulk = VerbsBulkKind::kRc;
+  w.rc.qpn = c.qp->qp_num;
+  w.rc.psn = c.psn;
+  w.rc.peer_qpn = peer_qpn;
   offer = RoutingInfo{};
   std::memcpy(offer.bytes.data(), &w, sizeof(w));
   return true;
@@ -237,7 +267,7 @@ bool VerbsTransport::accept_rc_offer(const VerbsRoutingWire& offer, uint32_t& rc
     // Connected to the client's QP for us, or to the offer itself (another
     // session of a concurrent connect, or a retransmitted request).
     if (c.state == RcState::kConnected &&
-        (c.remote_qpn == offer.rc_peer_qpn || c.remote_qpn == offer.rc_qpn)) {
+        (c.remote_qpn == offer.rc.peer_qpn || c.remote_qpn == offer.rc.qpn)) {
       c.refs++;
       rc_index = it->second;
       return true;
@@ -262,14 +292,21 @@ bool VerbsTransport::accept_rc_offer(const VerbsRoutingWire& offer, uint32_t& rc
 void VerbsTransport::fill_connect_answer(const RoutingInfo& resolved, RoutingInfo& out) const {
   fill_local_routing_info(out);
   const VerbsRoutingInfo v = verbs_info_of(resolved);
-  if (v.rc_index == kNoRcIndex || v.rc_index >= rc_conns_.size()) return;
+  if (v.rc_index == kNoRcIndex || v.rc_index >= rc_conns_.size()) return;  // datagrams only
   const RcConn& c = rc_conns_[v.rc_index];
   if (c.qp == nullptr) return;
   VerbsRoutingWire w = verbs_info_of(out).wire;
-  w.rc_qpn = c.qp->qp_num;
-  w.rc_psn = c.psn;
-  w.rc_peer_qpn = c.remote_qpn;
   w.rd_atomic = local_rd_atomic_;
+  if (c.dc) {
+    w.bulk = VerbsBulkKind::kDc;
+    w.dc.dct_num = dct_->qp_num;
+    w.dc.set_key(dc_key_);
+  } else {
+    w.bulk = VerbsBulkKind::kRc;
+    w.rc.qpn = c.qp->qp_num;
+    w.rc.psn = c.psn;
+    w.rc.peer_qpn = c.remote_qpn;
+  }
   std::memcpy(out.bytes.data(), &w, sizeof(w));
 }
 
@@ -277,25 +314,44 @@ bool VerbsTransport::resolve_connect_answer(RoutingInfo& answer, const RoutingIn
   VerbsRoutingWire w;
   if (!parse_verbs_routing(answer, w)) return false;
   const VerbsRoutingWire mine = verbs_info_of(offer).wire;
-  if (!caps_.bulk || mine.rc_qpn == 0) return resolve_remote_routing_info(answer);
-  const uint32_t offer_index = rc_index_by_qpn(mine.rc_qpn);
-  if (w.rc_qpn == 0 || offer_index == kNoRcIndex) return false;
+  if (mine.bulk == VerbsBulkKind::kNone) {
+    // We offered nothing: an answer that names a bulk path is not one.
+    return w.bulk == VerbsBulkKind::kNone && resolve_datagram_route(w, answer);
+  }
+  if (mine.bulk == VerbsBulkKind::kDc) {
+    if (w.bulk == VerbsBulkKind::kNone) return resolve_datagram_route(w, answer);
+    if (w.bulk != VerbsBulkKind::kDc || w.rd_atomic < local_init_rd_atomic_) return false;
+    VerbsRoutingInfo v{w, 0, dci_index_};
+    if (!resolve_ah(w, v.ah_index)) return false;
+    rc_conns_[dci_index_].refs++;
+    std::memcpy(answer.bytes.data(), &v, sizeof(v));
+    return true;
+  }
+  const uint32_t offer_index = rc_index_by_qpn(mine.rc.qpn);
+  if (offer_index == kNoRcIndex) return false;
+  if (w.bulk == VerbsBulkKind::kNone) {
+    // The server serves no RC (bulk off, or another path): datagrams only.
+    if (!resolve_datagram_route(w, answer)) return false;
+    release_rc(offer_index);
+    return true;
+  }
+  if (w.bulk != VerbsBulkKind::kRc) return false;
   const PeerKey key = peer_key_of(w);
   uint32_t index = kNoRcIndex;
-  if (w.rc_peer_qpn != 0 && w.rc_peer_qpn == mine.rc_peer_qpn) {
+  if (w.rc.peer_qpn != 0 && w.rc.peer_qpn == mine.rc.peer_qpn) {
     // The server kept the pair we already have: check it is that very pair.
-    const uint32_t i = rc_index_by_qpn(mine.rc_peer_qpn);
+    const uint32_t i = rc_index_by_qpn(mine.rc.peer_qpn);
     if (i == kNoRcIndex) return false;
     const RcConn& c = rc_conns_[i];
-    if (c.state != RcState::kConnected || c.peer != key || c.remote_qpn != w.rc_qpn) return false;
+    if (c.state != RcState::kConnected || c.peer != key || c.remote_qpn != w.rc.qpn) return false;
     index = i;
-  } else if (w.rc_peer_qpn == mine.rc_qpn) {
+  } else if (w.rc.peer_qpn == mine.rc.qpn) {
     RcConn& c = rc_conns_[offer_index];
     if (c.state == RcState::kOffered) {
       if (!connect_rc(offer_index, w)) return false;
       offers_by_hint_.erase(c.hint);
       rc_by_hint_[c.hint] = offer_index;
-    } else if (c.state != RcState::kConnected || c.peer != key || c.remote_qpn != w.rc_qpn) {
+    } else if (c.state != RcState::kConnected || c.peer != key || c.remote_qpn != w.rc.qpn) {
       return false;  // a concurrent session's answer connected it to another QP
     }
     index = offer_index;
@@ -311,8 +367,45 @@ bool VerbsTransport::resolve_connect_answer(RoutingInfo& answer, const RoutingIn
   return true;
 }
 
+// A route with no bulk path: its address handle only.
+bool VerbsTransport::resolve_datagram_route(const VerbsRoutingWire& w, RoutingInfo& answer) {
+  VerbsRoutingInfo v{w, 0, kNoRcIndex};
+  if (!resolve_ah(w, v.ah_index)) return false;
+  std::memcpy(answer.bytes.data(), &v, sizeof(v));
+  return true;
+}
+
+// Server: the bulk path for a client's offer, or kNoRcIndex (datagrams
+// only) when we cannot serve it: bulk off, an offer of DC while we use RC
+// (or whose target serves fewer reads at once than our initiator issues),
+// or an RC QP the device refused. RC offers are served whatever our own
+// path is, so DC and RC-only Rpcs still read each other over RC.
+uint32_t VerbsTransport::bulk_route_for(const VerbsRoutingWire& w) {
+  if (!caps_.bulk) return kNoRcIndex;
+  uint32_t index = kNoRcIndex;
+  switch (w.bulk) {
+    case VerbsBulkKind::kNone:
+      break;
+    case VerbsBulkKind::kRc:
+      if (!accept_rc_offer(w, index)) {
+        RPC_LOG_INFO("verbs transport: no RC QP for a client; its session uses datagrams only");
+        index = kNoRcIndex;
+      }
+      break;
+    case VerbsBulkKind::kDc:
+      if (bulk_kind_ == VerbsBulkKind::kDc && w.rd_atomic >= local_init_rd_atomic_) {
+        index = dci_index_;
+        rc_conns_[index].refs++;
+      }
+      break;
+  }
+  return index;
+}
+
 void VerbsTransport::cancel_connect(const RoutingInfo& offer) {
-  const uint32_t index = rc_index_by_qpn(verbs_info_of(offer).wire.rc_qpn);
+  const VerbsRoutingWire w = verbs_info_of(offer).wire;
+  if (w.bulk != VerbsBulkKind::kRc) return;  // a DC offer holds nothing
+  const uint32_t index = rc_index_by_qpn(w.rc.qpn);
   if (index != kNoRcIndex) release_rc(index);
 }
 
@@ -343,6 +436,8 @@ void VerbsTransport::release_rc(uint32_t index) {
 uint64_t VerbsTransport::bulk_path_of(const RoutingInfo& resolved) const {
   const VerbsRoutingInfo v = verbs_info_of(resolved);
   if (v.rc_index == kNoRcIndex || v.rc_index >= rc_conns_.size()) return 0;
+  // Over DC every peer shares the initiator: the path is the peer's.
+  if (rc_conns_[v.rc_index].dc) return dc_path_of(v.wire);
   return make_path(rc_conns_[v.rc_index].gen, v.rc_index);
 }
 
@@ -374,6 +469,12 @@ bool VerbsTransport::post_read(const BulkOp& op) {
   r.rkey = static_cast<uint32_t>(op.remote_key);
   r.len = op.len;
   RcConn& c = rc_conns_[v.rc_index];
+  if (c.dc) {
+    r.dc_ah = ah_entries_[v.ah_index].ah;
+    r.dct_num = v.wire.dc.dct_num;
+    r.dc_key = v.wire.dc.key();
+    r.dc_path = dc_path_of(v.wire);
+  }
   if (c.queue_tail == kNoOp) {
     c.queue_head = op_index;
   } else {
@@ -393,17 +494,7 @@ void VerbsTransport::pump_rc(uint32_t index) {
     const uint32_t op_index = c.queue_head;
     ReadOp& r = read_ops_[op_index];
     const uint32_t chunk = std::min(r.len - r.posted_bytes, max_read_wr_bytes_);
-    ibv_sge sge{reinterpret_cast<uint64_t>(r.local_addr + r.posted_bytes), chunk, r.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = op_index;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = r.remote_addr + r.posted_bytes;
-    wr.wr.rdma.rkey = r.rkey;
-    ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+    if (!post_read_wr(c, r, op_index, chunk)) {
       RPC_LOG_WARN("verbs transport: posting an RDMA READ failed ({})", std::strerror(errno));
       fail_rc(index);  // only a QP in error refuses
       return;
@@ -420,6 +511,22 @@ void VerbsTransport::pump_rc(uint32_t index) {
   }
 }
 
+// The next chunk of r, on the RC QP or, over DC, to r's target.
+bool VerbsTransport::post_read_wr(RcConn& c, ReadOp& r, uint32_t op_index, uint32_t chunk) {
+  if (c.dc) return post_dc_read(r, op_index, chunk);
+  ibv_sge sge{reinterpret_cast<uint64_t>(r.local_addr + r.posted_bytes), chunk, r.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = op_index;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = r.remote_addr + r.posted_bytes;
+  wr.wr.rdma.rkey = r.rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(c.qp, &wr, &bad) == 0;
+}
+
 // The QP failed: no read on it will succeed again. Reads still queued fail
 // now (reported by the next poll_bulk), posted ones as their flushed
 // completions arrive; the engine is told which path failed.
@@ -427,9 +534,19 @@ void VerbsTransport::fail_rc(uint32_t index) {
   RcConn& c = rc_conns_[index];
   if (c.state == RcState::kFailed) return;
   c.state = RcState::kFailed;
-  RPC_LOG_INFO("verbs transport: an RC QP failed; its sessions are reset");
-  failed_paths_.push_back(make_path(c.gen, index));
+  if (!c.dc) {
+    RPC_LOG_INFO("verbs transport: an RC QP failed; its sessions are reset");
+    failed_paths_.push_back(make_path(c.gen, index));
+    stop_rc(index);
+    return;
+  }
+  // The initiator serves every peer: it is brought back up once its
+  // flushed reads are reaped (recover_dci), and only the peer whose read
+  // failed loses its sessions (fail_dc_read). Reads that were flushed or
+  // queued fail, and the engine retries them.
+  RPC_LOG_INFO("verbs transport: the DC initiator went to error; recovering it");
   stop_rc(index);
+  if (c.wrs_in_flight == 0) recover_dci();
 }
 
 // Removes the QP from the maps a connect finds QPs by (and from the
@@ -504,9 +621,10 @@ void VerbsTransport::on_read_completion(const ibv_wc& wc, std::span<BulkCompleti
   rc_wrs_in_flight_--;
   r.wrs_outstanding--;
   if (wc.status != IBV_WC_SUCCESS) {
-    if (!r.failed) {
+    if (!r.failed && wc.status != IBV_WC_WR_FLUSH_ERR) {
       RPC_LOG_INFO("verbs transport: RDMA READ failed: {}", ibv_wc_status_str(wc.status));
     }
+    if (c.dc) fail_dc_read(r, wc.status == IBV_WC_WR_FLUSH_ERR);
     r.failed = true;
     fail_rc(conn);
   }
@@ -519,9 +637,10 @@ void VerbsTransport::on_read_completion(const ibv_wc& wc, std::span<BulkCompleti
     }
     free_read_ops_.push_back(op_index);
   }
+  if (c.dc && c.state == RcState::kFailed && c.wrs_in_flight == 0) recover_dci();
   if (c.state == RcState::kConnected) pump_rc(conn);
   // A QP whose sessions ended while its reads were in flight goes with
-  // its last completion.
+  // its last completion (never the DC initiator: the transport holds it).
   if (c.refs == 0 && c.wrs_in_flight == 0 && c.queue_head == kNoOp) {
     c.refs = 1;
     release_rc(conn);

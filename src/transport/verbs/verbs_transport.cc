@@ -222,6 +222,7 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
     post_recv_range(0, config.rx_ring_size);
 
     init_rc(da, port_attr);
+    choose_bulk(config.verbs_bulk);
     for (size_t i = 0; i < kMaxBatch; i++) {
       send_wrs_[i].sg_list = send_sges_[i].data();
       send_wrs_[i].opcode = IBV_WR_SEND;
@@ -231,8 +232,9 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
     cleanup();
     throw;
   }
-  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, RC reads {} at once, on {}",
-               caps_.max_pkt_bytes, caps_.max_inline_bytes, local_init_rd_atomic_, provider());
+  RPC_LOG_INFO("verbs transport: {} B packets, inline {} B, reads {} at once, on {}; {}",
+               caps_.max_pkt_bytes, caps_.max_inline_bytes, local_init_rd_atomic_, provider(),
+               bulk_reason_);
 }
 
 std::string VerbsTransport::provider() const {
@@ -473,11 +475,9 @@ bool VerbsTransport::resolve_remote_routing_info(RoutingInfo& info) {
   if (!parse_verbs_routing(info, w)) return false;
   VerbsRoutingInfo v{w, 0, kNoRcIndex};
   if (!resolve_ah(w, v.ah_index)) return false;
-  // A connect request's RC offer: connect (or reuse) our QP for that client.
-  if (w.rc_qpn != 0 && !accept_rc_offer(w, v.rc_index)) {
-    release_ah(v.ah_index);
-    return false;
-  }
+  // A connect request's bulk offer: the route's bulk path, or datagrams
+  // only when we cannot serve it (the response says which).
+  v.rc_index = bulk_route_for(w);
   std::memcpy(info.bytes.data(), &v, sizeof(v));
   return true;
 }

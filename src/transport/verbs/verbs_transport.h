@@ -4,13 +4,18 @@
 // receive ring, selective signaling, one address handle per remote port.
 // Routing info is the port's GID, LID and the QP number (verbs_routing.h).
 // Large messages: RDMA READ over RC queue pairs, one per (client Rpc,
-// server Rpc) pair, set up inside session connect (verbs_rc.cc).
+// server Rpc) pair, set up inside session connect (verbs_rc.cc), or over
+// mlx5 Dynamically Connected transport where the device has it (one DC
+// initiator and one target per Rpc, verbs_dc.cc); RpcConfig::verbs_bulk
+// chooses (bulk_select.h).
 //
 // Exercised here on Soft-RoCE (rdma_rxe) inside a VM: scripts/rxe-vm.sh.
 // Not exercised: InfiniBand fabrics (no GRH, LID routing), real RoCE NICs.
 #pragma once
 
 #include <infiniband/verbs.h>
+
+struct mlx5dv_qp_ex;  // infiniband/mlx5dv.h, included by verbs_dc.cc only
 
 #include <array>
 #include <chrono>
@@ -22,6 +27,7 @@
 
 #include "transport/handle_table.h"
 #include "transport/transport.h"
+#include "transport/verbs/bulk_select.h"
 #include "transport/verbs/gid_select.h"
 #include "transport/verbs/verbs_routing.h"
 
@@ -82,6 +88,11 @@ class VerbsTransport final : public Transport {
   size_t poll_failed_bulk_paths(std::span<uint64_t> out) override;
   // Moves every RC QP to the error state and reaps the flushed reads.
   void quiesce_bulk() override;
+
+  // The bulk path this transport offers peers (it also serves RC to peers
+  // that offer RC when it uses DC), and why that one.
+  VerbsBulkKind bulk_kind() const { return bulk_kind_; }
+  const std::string& bulk_reason() const { return bulk_reason_; }
 
   // For tests: RC QPs alive (offers included), the QP and CQ of a resolved
   // route (an intruder test posts raw work requests on them), and the
@@ -209,6 +220,7 @@ class VerbsTransport final : public Transport {
     uint32_t psn = 0;  // our first packet sequence number
     uint32_t remote_qpn = 0;
     PeerKey peer{};
+    bool dc = false;            // the DC initiator: reads to any peer's DC target
     bool client = false;        // we offered it (keyed by hint), or answered with it
     uint64_t hint = 0;          // client: the server Rpc it serves
     uint8_t max_rd_atomic = 1;  // reads in flight at once: min(ours, the peer's)
@@ -230,10 +242,17 @@ class VerbsTransport final : public Transport {
     uint32_t posted_bytes = 0;
     uint32_t wrs_outstanding = 0;
     bool failed = false;
+    // Over DC: the target (its port's address handle, DCT number, access
+    // key) and the peer's bulk path, which an error on this read fails.
+    ibv_ah* dc_ah = nullptr;
+    uint32_t dct_num = 0;
+    uint64_t dc_key = 0;
+    uint64_t dc_path = 0;
   };
   static constexpr uint32_t kNoOp = UINT32_MAX;
 
   void init_rc(const ibv_device_attr& da, const ibv_port_attr& pa);
+  void choose_bulk(VerbsBulk wanted);
   void cleanup_rc() noexcept;
   bool accept_rc_offer(const VerbsRoutingWire& offer, uint32_t& rc_index);
   uint32_t create_rc_qp();
@@ -248,6 +267,27 @@ class VerbsTransport final : public Transport {
   void release_ah(uint32_t ah_index);
   static PeerKey peer_key_of(const VerbsRoutingWire& w);
   uint32_t rc_index_by_qpn(uint32_t qpn) const;
+  uint32_t bulk_route_for(const VerbsRoutingWire& peer);
+  bool resolve_datagram_route(const VerbsRoutingWire& w, RoutingInfo& answer);
+  bool post_read_wr(RcConn& c, ReadOp& r, uint32_t op_index, uint32_t chunk);
+
+  // --- DC (verbs_dc.cc; without mlx5dv, init_dc says so and the rest is
+  // never reached) ---
+  DcAvailability init_dc(std::string& error);
+  void cleanup_dc() noexcept;
+  bool post_dc_read(ReadOp& r, uint32_t op_index, uint32_t chunk);
+  void fail_dc_read(ReadOp& r, bool flushed);
+  void recover_dci();
+  static uint64_t dc_path_of(const VerbsRoutingWire& w);
+
+  VerbsBulkKind bulk_kind_ = VerbsBulkKind::kNone;
+  std::string bulk_reason_;
+  ibv_srq* dc_srq_ = nullptr;     // a DC target needs one; nothing is ever posted to it
+  ibv_qp* dct_ = nullptr;         // peers' reads of our exposures arrive here
+  ibv_qp_ex* dci_qpx_ = nullptr;  // the initiator (rc_conns_[dci_index_].qp)
+  mlx5dv_qp_ex* dci_mqpx_ = nullptr;
+  uint32_t dci_index_ = kNoRcIndex;
+  uint64_t dc_key_ = 0;  // our DC target's access key: random per Rpc
 
   ibv_cq* rc_cq_ = nullptr;
   uint32_t rc_cq_depth_ = 0;       // bounds work requests in flight over all RC QPs
