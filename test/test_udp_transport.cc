@@ -310,3 +310,122 @@ TEST_CASE("udp transport needs no memory registration") {
                                 e));  // no bulk on udp
   t.deregister_memory(*reg);
 }
+
+namespace {
+
+rpc::RpcConfig offload_config(bool offload, size_t rx_ring_size = 256) {
+  rpc::RpcConfig config = make_config(1500, rx_ring_size);
+  config.udp_offload = offload;
+  return config;
+}
+
+// Full-size packets with a short one at the end of each run of 40, as a
+// multi-packet message's are.
+std::vector<OutPkt> message_pkts(const UdpTransport& t, uint32_t first_id, size_t count) {
+  std::vector<OutPkt> pkts;
+  for (uint32_t i = 0; i < count; i++) {
+    const bool last = (i + 1) % 40 == 0 || i + 1 == count;
+    pkts.push_back(make_pkt(first_id + i, last ? 100 + i : t.caps().max_data_per_pkt));
+  }
+  return pkts;
+}
+
+// Sends pkts from a to b in bursts of the engine's size and checks every
+// packet arrives in order, byte for byte.
+void send_and_check(UdpTransport& a, UdpTransport& b, const std::vector<OutPkt>& pkts) {
+  const RoutingInfo a_to_b = route_to(b, a);
+  const std::vector<TxItem> items = items_of(pkts, a_to_b);
+  for (size_t base = 0; base < items.size(); base += UdpTransport::kMaxBatch) {
+    const size_t n = std::min(items.size() - base, UdpTransport::kMaxBatch);
+    a.tx_burst(std::span(items).subspan(base, n));
+    const std::vector<RxPacket> got = receive(b, n);
+    REQUIRE(got.size() == n);
+    for (size_t i = 0; i < n; i++) check_pkt(got[i], pkts[base + i]);
+    b.post_recvs(n);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("udp offloads: runs of packets go as segmented sends and come back split, in order") {
+  UdpTransport a(offload_config(true), "127.0.0.1");
+  UdpTransport b(offload_config(true), "127.0.0.1");
+  if (!a.gso_enabled() || !b.gro_enabled()) {
+    WARN("this kernel lacks UDP GSO or GRO; the fallback tests below still run");
+    return;
+  }
+  send_and_check(a, b, message_pkts(a, 0, 200));
+  // Expect whole bursts in one send each, and merged datagrams at b.
+  CHECK(a.gso_sends() > 0);
+  CHECK(a.gso_sends() < 200 / 2);
+  CHECK(b.gro_merged_receives() > 0);
+}
+
+TEST_CASE("udp offloads: interleaved destinations and sizes still arrive whole at each") {
+  UdpTransport a(offload_config(true), "127.0.0.1");
+  UdpTransport b(offload_config(true), "127.0.0.1");
+  UdpTransport c(offload_config(false), "127.0.0.1");
+  const RoutingInfo to_b = route_to(b, a);
+  const RoutingInfo to_c = route_to(c, a);
+  // b, b, c, b, b, b(short), b, c, c ...: runs break at every change of
+  // destination and after every short packet.
+  std::vector<OutPkt> pkts;
+  std::vector<const RoutingInfo*> routes;
+  for (uint32_t i = 0; i < 32; i++) {
+    const bool short_pkt = i % 6 == 5;
+    pkts.push_back(make_pkt(i, short_pkt ? 7 + i : a.caps().max_data_per_pkt));
+    routes.push_back(i % 4 == 2 || i % 9 == 8 ? &to_c : &to_b);
+  }
+  std::vector<TxItem> items = items_of(pkts, to_b);
+  for (size_t i = 0; i < items.size(); i++) items[i].route = routes[i];
+  a.tx_burst(items);
+  std::vector<size_t> for_b, for_c;
+  for (size_t i = 0; i < pkts.size(); i++) (routes[i] == &to_b ? for_b : for_c).push_back(i);
+  const std::vector<RxPacket> got_b = receive(b, for_b.size());
+  const std::vector<RxPacket> got_c = receive(c, for_c.size());
+  REQUIRE(got_b.size() == for_b.size());
+  REQUIRE(got_c.size() == for_c.size());
+  for (size_t i = 0; i < for_b.size(); i++) check_pkt(got_b[i], pkts[for_b[i]]);
+  for (size_t i = 0; i < for_c.size(); i++) check_pkt(got_c[i], pkts[for_c[i]]);
+  b.post_recvs(got_b.size());
+  c.post_recvs(got_c.size());
+}
+
+TEST_CASE("udp offloads: either end without them still talks to one with them") {
+  SECTION("segmented sends to a socket without GRO arrive as single datagrams") {
+    UdpTransport a(offload_config(true), "127.0.0.1");
+    UdpTransport b(offload_config(false), "127.0.0.1");
+    CHECK_FALSE(b.gro_enabled());
+    send_and_check(a, b, message_pkts(a, 0, 100));
+  }
+  SECTION("single datagrams to a socket with GRO") {
+    UdpTransport a(offload_config(false), "127.0.0.1");
+    UdpTransport b(offload_config(true), "127.0.0.1");
+    CHECK_FALSE(a.gso_enabled());
+    send_and_check(a, b, message_pkts(a, 0, 100));
+  }
+}
+
+TEST_CASE("udp offloads: a failed segmented send turns GSO off and the packets still go out") {
+  UdpTransport a(offload_config(true), "127.0.0.1");
+  UdpTransport b(offload_config(true), "127.0.0.1");
+  if (!a.gso_enabled()) {
+    WARN("this kernel lacks UDP GSO: the fallback is the only path");
+    return;
+  }
+  // Given a kernel that refuses the next segmented send (as one whose
+  // device cannot segment UDP would, with EIO)
+  a.fail_next_gso_send_for_testing();
+  // Expect every packet delivered anyway, and GSO off from then on.
+  send_and_check(a, b, message_pkts(a, 0, 100));
+  CHECK_FALSE(a.gso_enabled());
+  CHECK(a.gso_sends() == 0);
+}
+
+TEST_CASE("udp offloads: off by configuration, and GRO off on a ring too small for it") {
+  UdpTransport off(offload_config(false), "127.0.0.1");
+  CHECK_FALSE(off.gso_enabled());
+  CHECK_FALSE(off.gro_enabled());
+  UdpTransport small(offload_config(true, UdpTransport::kMaxSegments - 1), "127.0.0.1");
+  CHECK_FALSE(small.gro_enabled());
+}

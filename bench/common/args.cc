@@ -163,6 +163,11 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
   } else if (flag.name == "--gid-index") {
     ep.gid_index =
         value == "auto" ? -1 : static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
+  } else if (flag.name == "--udp-offload") {
+    if (value != "on" && value != "off") {
+      throw UsageError(fmt::format("--udp-offload: '{}' is not on or off", value));
+    }
+    ep.udp_offload = value == "on";
   } else if (flag.name == "--verbs-bulk") {
     if (value == "auto") {
       ep.verbs_bulk = rpc::VerbsBulk::kAuto;
@@ -222,6 +227,8 @@ std::string endpoint_usage() {
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
       "  --gid-index N|auto   verbs: the GID index to address the port by (default auto:\n"
       "                       the RoCEv2 GID of the Nexus's IP, else one with an address)\n"
+      "  --udp-offload on|off udp: UDP GSO sends and GRO receives where the kernel has\n"
+      "                       them (default on)\n"
       "  --verbs-bulk MODE    verbs: auto (DC on mlx5 NICs, else RC), rc, dc, off\n"
       "                       (large messages as datagrams); default auto\n"
       "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"

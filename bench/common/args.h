@@ -73,6 +73,7 @@ struct EndpointOptions {
   std::string verbs_device;  // empty: the first device with an active port
   int gid_index = -1;        // -1: RpcConfig's automatic choice
   rpc::VerbsBulk verbs_bulk = rpc::VerbsBulk::kAuto;
+  bool udp_offload = true;               // RpcConfig::udp_offload
   std::string fabric_provider;           // empty: libfabric's first RDM provider
   uint32_t sm_timeout_ms = 0;            // 0: NexusConfig's default
   uint32_t failure_timeout_ms = 0;       // 0: NexusConfig's default
@@ -83,7 +84,8 @@ struct EndpointOptions {
 inline constexpr std::string_view kEndpointFlags[] = {
     "--mode",          "--server-uri",         "--client-uri",     "--transport",
     "--mtu",           "--verbs-device",       "--gid-index",      "--fabric-provider",
-    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold", "--verbs-bulk"};
+    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold", "--verbs-bulk",
+    "--udp-offload"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

@@ -23,6 +23,7 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   config.verbs_device = ep.verbs_device;
   config.verbs_gid_index = ep.gid_index;
   config.verbs_bulk = ep.verbs_bulk;
+  config.udp_offload = ep.udp_offload;
   config.fabric_provider = ep.fabric_provider;
   if (ep.bulk_threshold_bytes != 0) config.bulk_threshold_bytes = ep.bulk_threshold_bytes;
   if (watch != nullptr) {

@@ -61,6 +61,12 @@ struct RpcConfig {
   // subtracts IP and UDP headers: 1500 gives 1472-byte datagrams. Loopback
   // and jumbo-frame networks may use up to 65535.
   size_t mtu_bytes = 1500;
+  // udp: hand runs of equal-size datagrams to one destination to the kernel
+  // as one send (UDP GSO, UDP_SEGMENT), and let it hand them back merged
+  // (UDP GRO), where the kernel has them (Linux >= 5.0); each falls back
+  // to one datagram per message at run time where it is missing or fails.
+  // false: never (sendmmsg/recvmmsg of single datagrams).
+  bool udp_offload = true;
   // verbs: the RDMA device (as `ibv_devices` names it; empty: the first
   // device whose port is active), its port, and the GID index to address
   // it by. -1 (default): choose as RoCE users do: the RoCEv2 GID that is

@@ -2,6 +2,7 @@
 #include "transport/udp/udp_transport.h"
 
 #include <arpa/inet.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/log.h"
 #include "rpc/msg_buffer.h"
 
 namespace rpc::detail {
@@ -30,6 +32,13 @@ constexpr size_t kMaxUdpPayloadBytes = 65507;
 // tx_burst before the rest is dropped. Busy retrying briefly beats dropping,
 // which costs a whole RTO; retrying forever would stall the event loop.
 constexpr int kMaxTxRetries = 64;
+
+static_assert(CMSG_SPACE(sizeof(int)) <= 24 && CMSG_SPACE(sizeof(uint16_t)) <= 24,
+              "UdpTransport::kCmsgBytes holds one UDP_SEGMENT or UDP_GRO control message");
+
+bool same_destination(const sockaddr_in& a, const sockaddr_in& b) {
+  return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+}
 
 // Closes fd and throws; constructors that throw do not run the destructor.
 [[noreturn]] void close_and_throw(int fd, const std::string& what, int errno_value) {
@@ -128,6 +137,39 @@ UdpTransport::UdpTransport(const RpcConfig& config, const std::string& bind_ip) 
     h.msg_iov = tx_iovs_[i].data();
     tx_iovs_[i][0].iov_len = kPktHeaderBytes;
   }
+  if (config.udp_offload) enable_offloads();
+}
+
+// Each offload is on if the kernel accepts its socket option (UDP_SEGMENT
+// from Linux 4.18, UDP_GRO from 5.0). A ring too small to hold a merged
+// datagram's packets keeps GRO off: they could not all be taken.
+void UdpTransport::enable_offloads() {
+  const int no_default_segment = 0;  // only sends that ask are segmented
+  gso_ = ::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &no_default_segment, sizeof(int)) == 0;
+  if (caps_.rx_ring_size >= kMaxSegments) {
+    const int on = 1;
+    gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+  }
+  if (gro_) {
+    try {
+      stage_mem_.resize(kGroBatch * kGroBufBytes);
+    } catch (const std::bad_alloc&) {
+      const int off = 0;
+      (void)::setsockopt(fd_, SOL_UDP, UDP_GRO, &off, sizeof(off));
+      gro_ = false;
+    }
+  }
+  if (gro_) {
+    for (size_t i = 0; i < kGroBatch; i++) {
+      stage_iovs_[i] = {&stage_mem_[i * kGroBufBytes], kGroBufBytes};
+      msghdr& h = stage_msgs_[i].msg_hdr;
+      h.msg_name = &stage_src_[i];
+      h.msg_iov = &stage_iovs_[i];
+      h.msg_iovlen = 1;
+      h.msg_control = stage_cmsgs_[i].bytes;
+    }
+  }
+  RPC_LOG_DEBUG("udp transport: GSO {}, GRO {}", gso_ ? "on" : "off", gro_ ? "on" : "off");
 }
 
 UdpTransport::~UdpTransport() {
@@ -149,6 +191,17 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
     }
     return;
   }
+  if (gso_) {
+    const size_t done = send_offloaded(items);
+    if (done == items.size()) return;
+    items = items.subspan(done);  // GSO failed: the rest goes plain
+  }
+  send_plain(items);
+}
+
+// One datagram per item, sendmmsg'd in batches. Returns the items handled
+// (sent, or dropped on a full socket buffer or a per-datagram error).
+size_t UdpTransport::send_plain(std::span<const TxItem> items) {
   mmsghdr* msgs = tx_msgs_.data();
   int retries = 0;
 
@@ -160,7 +213,10 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
       // iovec is shared with readv, hence non-const; sendmmsg only reads.
       tx_iovs_[i][0].iov_base = const_cast<uint8_t*>(item.hdr);
       tx_iovs_[i][1] = {const_cast<uint8_t*>(item.data), item.data_len};
+      msgs[i].msg_hdr.msg_iov = tx_iovs_[i].data();  // send_offloaded points it elsewhere
       msgs[i].msg_hdr.msg_iovlen = item.data_len == 0 ? 1 : 2;
+      msgs[i].msg_hdr.msg_control = nullptr;
+      msgs[i].msg_hdr.msg_controllen = 0;
     }
 
     size_t sent = 0;
@@ -172,7 +228,7 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
         // Socket buffer full: spin a little, then drop what is left of the
         // whole burst (not only this chunk) since the buffer will not drain
         // faster than we can retry.
-        if (++retries > kMaxTxRetries) return;
+        if (++retries > kMaxTxRetries) return items.size();
       } else {
         // An error specific to this datagram (e.g. unreachable destination):
         // drop it alone so the others still go out.
@@ -180,9 +236,103 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
       }
     }
   }
+  return items.size();
+}
+
+// Runs of packets to one destination, all of one size but the last (which
+// may be shorter), go as one message with UDP_SEGMENT: the kernel cuts the
+// concatenated header+data iovecs back into those packets. Returns the
+// items handled; fewer than all when a segmented send failed, which turns
+// GSO off (the caller sends the rest plain).
+size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
+  mmsghdr* msgs = tx_msgs_.data();
+  int retries = 0;
+  size_t next = 0;  // the first item not yet in a message
+  while (next < items.size()) {
+    // Build up to kMaxBatch messages.
+    size_t num_msgs = 0;
+    size_t num_iovs = 0;
+    while (next < items.size() && num_msgs < kMaxBatch && num_iovs + 2 <= gso_iovs_.size()) {
+      const size_t first = next;
+      const sockaddr_in dst = to_sockaddr(udp_info_of(*items[first].route));
+      const size_t seg = kPktHeaderBytes + items[first].data_len;
+      size_t bytes = 0;
+      size_t last_size = seg;
+      const size_t iov_base = num_iovs;
+      while (next < items.size() && next - first < kMaxSegments &&
+             num_iovs + 2 <= gso_iovs_.size()) {
+        const TxItem& item = items[next];
+        const size_t size = kPktHeaderBytes + item.data_len;
+        if (next > first) {
+          // Only the last packet may be shorter than the first; it ends the run.
+          if (last_size != seg || size > seg || bytes + size > kMaxOffloadBytes) break;
+          if (item.route != items[first].route &&
+              !same_destination(to_sockaddr(udp_info_of(*item.route)), dst)) {
+            break;
+          }
+        }
+        gso_iovs_[num_iovs++] = {const_cast<uint8_t*>(item.hdr), kPktHeaderBytes};
+        if (item.data_len > 0) {
+          gso_iovs_[num_iovs++] = {const_cast<uint8_t*>(item.data), item.data_len};
+        }
+        bytes += size;
+        last_size = size;
+        next++;
+      }
+      msghdr& h = msgs[num_msgs].msg_hdr;
+      tx_dsts_[num_msgs] = dst;
+      h.msg_iov = &gso_iovs_[iov_base];
+      h.msg_iovlen = num_iovs - iov_base;
+      if (next - first > 1) {
+        h.msg_control = gso_cmsgs_[num_msgs].bytes;
+        h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* cm = CMSG_FIRSTHDR(&h);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const auto seg16 = static_cast<uint16_t>(seg);
+        std::memcpy(CMSG_DATA(cm), &seg16, sizeof(seg16));
+      } else {
+        h.msg_control = nullptr;
+        h.msg_controllen = 0;
+      }
+      gso_first_item_[num_msgs] = first;
+      num_msgs++;
+    }
+
+    size_t sent = 0;
+    while (sent < num_msgs) {
+      const bool segmented = msgs[sent].msg_hdr.msg_control != nullptr;
+      int r;
+      if (segmented && fail_next_gso_) {
+        fail_next_gso_ = false;
+        errno = EIO;  // what a device without UDP segmentation gives
+        r = -1;
+      } else {
+        r = ::sendmmsg(fd_, &msgs[sent], static_cast<unsigned>(num_msgs - sent), 0);
+      }
+      if (r > 0) {
+        for (size_t i = sent; i < sent + static_cast<size_t>(r); i++) {
+          if (msgs[i].msg_hdr.msg_control != nullptr) gso_sends_++;
+        }
+        sent += static_cast<size_t>(r);
+      } else if (r < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
+        if (++retries > kMaxTxRetries) return items.size();  // dropped, as send_plain does
+      } else if (segmented) {
+        RPC_LOG_INFO("udp transport: a segmented (GSO) send failed ({}); GSO off",
+                     std::strerror(errno));
+        gso_ = false;
+        return gso_first_item_[sent];
+      } else {
+        sent++;  // an error specific to this datagram: drop it alone
+      }
+    }
+  }
+  return items.size();
 }
 
 size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
+  if (gro_) return rx_burst_gro(out);
   const size_t ring_size = caps_.rx_ring_size;
   // Buffers are handed out in ring order, so one recvmmsg fills only the
   // contiguous free slots up to the wrap; the next call continues at 0.
@@ -248,6 +398,96 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
   ring_head_ = (ring_head_ + kept) % ring_size;
   ring_in_use_ += kept;
   return kept;
+}
+
+// With GRO: packets are copied from the staged (possibly merged)
+// datagrams into ring buffers, one per buffer, as the engine takes them;
+// the socket is read only when nothing staged is left.
+size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
+  const size_t ring_size = caps_.rx_ring_size;
+  const size_t pkt_bytes = caps_.max_pkt_bytes;
+  size_t k = 0;
+  while (k < out.size() && ring_in_use_ < ring_size) {
+    if (staged_count_ == 0) {
+      if (k > 0) break;  // hand out what there is; read the socket next time
+      if (receive_into_staging(rx_empty_polls_ >= kIdlePolls) == 0) return 0;
+    }
+    Staged& st = staged_[staged_head_];
+    const uint32_t len = std::min(st.seg, st.len - st.consumed);
+    uint8_t* buf = &ring_mem_[ring_head_ * pkt_bytes];
+    if (len > 0) {
+      std::memcpy(buf, &stage_mem_[st.buf_index * kGroBufBytes + st.consumed], len);
+    }
+    out[k++] = {buf, len, st.src_key};
+    ring_head_ = (ring_head_ + 1) % ring_size;
+    ring_in_use_++;
+    st.consumed += len;
+    if (st.consumed == st.len) {
+      staged_head_++;
+      staged_count_--;
+    }
+  }
+  return k;
+}
+
+// Reads up to kGroBatch datagrams (one when idle: a cheaper call) into the
+// staging buffers. A merged one says its packet size in a UDP_GRO control
+// message. Returns how many were staged.
+size_t UdpTransport::receive_into_staging(bool idle) {
+  const size_t want = idle ? 1 : kGroBatch;
+  for (size_t i = 0; i < want; i++) {
+    stage_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    stage_msgs_[i].msg_hdr.msg_controllen = kCmsgBytes;
+  }
+  int r;
+  if (idle) {
+    const ssize_t len = ::recvmsg(fd_, &stage_msgs_[0].msg_hdr, MSG_DONTWAIT);
+    r = len < 0 ? -1 : 1;
+    if (len >= 0) stage_msgs_[0].msg_len = static_cast<unsigned>(len);
+  } else {
+    r = ::recvmmsg(fd_, stage_msgs_.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+  }
+  if (r <= 0) {
+    if (!idle) rx_empty_polls_++;
+    return 0;  // EAGAIN: nothing pending; other errors: treat as loss
+  }
+  rx_empty_polls_ = 0;
+  size_t count = 0;
+  for (size_t i = 0; i < static_cast<size_t>(r); i++) {
+    msghdr& h = stage_msgs_[i].msg_hdr;
+    const uint32_t len = stage_msgs_[i].msg_len;
+    if ((h.msg_flags & MSG_TRUNC) != 0) {
+      rx_drops.oversized++;
+      continue;
+    }
+    uint32_t seg = len;  // not merged: one packet
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
+      if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+        int gso_size = 0;
+        std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
+        if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
+        gro_merged_++;
+      }
+    }
+    uint32_t skip = 0;
+    if (seg > caps_.max_pkt_bytes) {
+      // A peer's packets longer than ours are dropped, as they would be
+      // unmerged; a shorter last packet merged behind them is kept.
+      const uint32_t tail = len % seg;
+      rx_drops.oversized += len / seg;
+      if (tail == 0 || tail > caps_.max_pkt_bytes) {
+        if (tail != 0) rx_drops.oversized++;
+        continue;
+      }
+      skip = len - tail;
+    }
+    const sockaddr_in& src = stage_src_[i];
+    staged_[count++] = Staged{len, seg, skip, make_src_key(src.sin_addr.s_addr, src.sin_port),
+                              static_cast<uint32_t>(i)};
+  }
+  staged_head_ = 0;
+  staged_count_ = count;
+  return count;
 }
 
 void UdpTransport::post_recvs(size_t n) {

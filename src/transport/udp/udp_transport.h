@@ -1,5 +1,8 @@
 // The `udp` transport: one nonblocking kernel UDP socket per Rpc, sendmmsg
 // and recvmmsg batching, busy-polled. Routing info is IPv4 address + port.
+// Where the kernel has them (RpcConfig::udp_offload), runs of equal-size
+// packets to one peer go as one UDP GSO send, and the socket receives with
+// UDP GRO: merged datagrams are split back into packets (udp_transport.cc).
 #pragma once
 
 #include <netinet/in.h>
@@ -45,7 +48,24 @@ class UdpTransport final : public Transport {
 
   uint16_t local_port() const;  // host byte order
 
+  // Whether sends are segmented by the kernel (UDP_SEGMENT), and whether
+  // the socket receives merged datagrams (UDP_GRO). GSO turns itself off
+  // for good when a segmented send fails (a device that cannot checksum
+  // it, an old kernel); the packets then go out one datagram each.
+  bool gso_enabled() const { return gso_; }
+  bool gro_enabled() const { return gro_; }
+  // Sends that carried several packets, and merged datagrams received.
+  uint64_t gso_sends() const { return gso_sends_; }
+  uint64_t gro_merged_receives() const { return gro_merged_; }
+  // For tests: the next segmented send fails as a kernel without GSO
+  // support would make it fail (EIO), to exercise the fallback.
+  void fail_next_gso_send_for_testing() { fail_next_gso_ = true; }
+
   static constexpr size_t kMaxBatch = 32;  // datagrams per sendmmsg/recvmmsg
+  // The kernel's bounds on one segmented send or merged receive
+  // (UDP_MAX_SEGMENTS, UDP_GRO_CNT_MAX) and its bytes (one IP datagram).
+  static constexpr size_t kMaxSegments = 64;
+  static constexpr size_t kMaxOffloadBytes = 65507;
 
  private:
   TransportCaps caps_;
@@ -64,6 +84,49 @@ class UdpTransport final : public Transport {
   std::array<sockaddr_in, kMaxBatch> tx_dsts_{};
   size_t ring_head_ = 0;
   size_t ring_in_use_ = 0;
+
+  // --- GSO (tx_burst) ---
+  void enable_offloads();
+  size_t send_offloaded(std::span<const TxItem> items);
+  size_t send_plain(std::span<const TxItem> items);
+  bool gso_ = false;
+  bool fail_next_gso_ = false;
+  uint64_t gso_sends_ = 0;
+  // Per message of a sendmmsg: its iovecs (a header and a data slice per
+  // packet) and its UDP_SEGMENT control message.
+  static constexpr size_t kCmsgBytes = 24;  // CMSG_SPACE(sizeof(int)) on 64-bit Linux
+  struct alignas(cmsghdr) CmsgBuf {
+    uint8_t bytes[kCmsgBytes];
+  };
+  std::array<iovec, 2 * kMaxBatch> gso_iovs_{};
+  std::array<CmsgBuf, kMaxBatch> gso_cmsgs_{};
+  std::array<size_t, kMaxBatch> gso_first_item_{};  // the item each message starts at
+
+  // --- GRO (rx_burst) ---
+  // Merged datagrams are received into staging buffers of a full IP
+  // datagram each, then copied packet by packet into ring buffers as the
+  // engine takes them: the ring keeps one packet per buffer, in order.
+  size_t rx_burst_gro(std::span<RxPacket> out);
+  size_t receive_into_staging(bool idle);
+  struct Staged {
+    uint32_t len = 0;       // bytes received
+    uint32_t seg = 0;       // packet size (the last one may be shorter)
+    uint32_t consumed = 0;  // bytes already copied into the ring
+    uint64_t src_key = 0;
+    uint32_t buf_index = 0;  // its staging buffer
+  };
+  static constexpr size_t kGroBatch = 16;  // merged datagrams per recvmmsg
+  static constexpr size_t kGroBufBytes = 65536;
+  bool gro_ = false;
+  uint64_t gro_merged_ = 0;
+  std::vector<uint8_t> stage_mem_;
+  std::array<mmsghdr, kGroBatch> stage_msgs_{};
+  std::array<iovec, kGroBatch> stage_iovs_{};
+  std::array<sockaddr_in, kGroBatch> stage_src_{};
+  std::array<CmsgBuf, kGroBatch> stage_cmsgs_{};
+  std::array<Staged, kGroBatch> staged_{};
+  size_t staged_head_ = 0;  // the next staged datagram to split
+  size_t staged_count_ = 0;
   // Empty polls in a row; from kIdlePolls on, rx_burst polls with
   // recvfrom. A stream's gaps are shorter; a request/response wait longer.
   static constexpr uint32_t kIdlePolls = 4;
