@@ -6,10 +6,27 @@
 //   udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]   (receiver)
 //   udp_stream client --server IP:PORT [LOAD OPTIONS]                    (sender)
 //   udp_stream [LOAD OPTIONS] [--credit-every N]   (both in one process, over 127.0.0.1)
+//   each also takes --offload on|off (default off): UDP GSO sends, UDP GRO receives
 //
 // The sender busy-polls and sends --datagram-size datagrams in sendmmsg
 // batches of up to --batch; the receiver busy-polls recvmmsg batches and
 // counts datagrams and payload bytes (the whole UDP payload).
+//
+// Offload (--offload on; default off, the plain path above). librpc's udp
+// transport sends runs of equal-size datagrams with UDP GSO and receives with
+// UDP GRO, so the limit it is compared to may use them too. With it on, the
+// sender packs each sendmmsg batch of --batch datagrams into messages of up
+// to kMaxGsoSegments datagrams and kMaxUdpPayload bytes, each with a
+// UDP_SEGMENT control message of --datagram-size: the kernel cuts them back
+// into datagrams (on loopback it hands them whole to a GRO receiver). The
+// receiver turns UDP_GRO on and takes up to --batch messages per recvmmsg
+// into 64 KiB buffers; a merged one names its segment size in a UDP_GRO
+// control message and counts as ceil(length / segment size) datagrams, of
+// `length` bytes. Each end's setting is its own (a GRO receiver counts a
+// plain sender right, and the kernel splits GSO sends for a plain receiver).
+// A kernel that refuses UDP_SEGMENT or UDP_GRO fails the run rather than
+// measuring the plain path under the offload's name. Window and credits stay
+// in datagrams and bytes.
 //
 // Flow control. Unthrottled, the sender would mostly measure how fast the
 // kernel drops datagrams at a full receive queue, so the stream runs under a
@@ -30,7 +47,8 @@
 //
 // Wire format, host byte order (run both ends on like machines):
 //   data:   [run_id u64][filler]   run_id is random per sender run; a new one
-//                                  resets the receiver's counters
+//                                  resets the receiver's counters; with offload
+//                                  every segment starts with it
 //   credit: [run_id u64][datagrams u64][bytes u64]
 //   a 0-length datagram stops the receiver in combined mode; a standalone
 //   receiver runs until killed.
@@ -38,6 +56,7 @@
 #include <arpa/inet.h>
 #include <fmt/core.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -66,6 +85,15 @@
 namespace {
 
 constexpr std::size_t kMaxUdpPayload = 65507;  // IPv4 UDP maximum
+// UDP GSO/GRO bounds: segments in one send (the kernel's UDP_MAX_SEGMENTS; its
+// bytes are bounded by kMaxUdpPayload, one IP datagram) and the buffer one
+// merged receive fits in (GRO stops merging before 64 KiB).
+constexpr std::size_t kMaxGsoSegments = 64;
+constexpr std::size_t kGroBufferBytes = 64 << 10;
+static_assert(kGroBufferBytes >= kMaxUdpPayload);
+// One UDP_SEGMENT (u16) or UDP_GRO (int) control message.
+constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
+static_assert(CMSG_SPACE(sizeof(std::uint16_t)) <= kCmsgBytes);
 constexpr std::size_t kRunIdBytes = sizeof(std::uint64_t);
 constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
 constexpr std::size_t kMaxWindow = 1 << 20;
@@ -115,6 +143,7 @@ void print_usage(std::FILE* out) {
              "  udp_stream [LOAD OPTIONS] [--credit-every N]\n"
              "      combined mode: receiver thread (CPU 1) + sender (CPU 0) over 127.0.0.1\n"
              "  udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]\n"
+             "                    [--offload on|off]\n"
              "      receiver, default bind {}; runs until killed\n"
              "  udp_stream client --server IP:PORT [LOAD OPTIONS]\n"
              "      sender; reports the goodput the receiver's credits show\n"
@@ -128,10 +157,16 @@ void print_usage(std::FILE* out) {
              "  --json FILE             also write the result as JSON (bench/compare/SCHEMA.md)\n"
              "receiver option:\n"
              "  --credit-every N        credit after N datagrams, and when drained (default {})\n"
+             "any mode:\n"
+             "  --offload on|off        UDP GSO sends / UDP GRO receives (default off). Sender:\n"
+             "                          each batch goes as messages of up to {} datagrams and\n"
+             "                          {} bytes with UDP_SEGMENT. Receiver: UDP_GRO on, --batch\n"
+             "                          counts (possibly merged) messages of up to {} bytes.\n"
+             "                          Fails if the kernel refuses UDP_SEGMENT or UDP_GRO.\n"
              "  -h, --help              show this help\n",
              kDefaultBind, kRunIdBytes, kMaxUdpPayload, kDefaultDatagramSize, kMaxWindow,
              kDefaultWindow, kMaxBatch, kDefaultBatch, kDefaultDurationS, kDefaultWarmupS,
-             kDefaultCreditEvery);
+             kDefaultCreditEvery, kMaxGsoSegments, kMaxUdpPayload, kGroBufferBytes);
 }
 
 // ---------------------------------------------------------------------------
@@ -147,6 +182,7 @@ struct Options {
   std::size_t window = kDefaultWindow;
   std::size_t batch = kDefaultBatch;
   std::size_t credit_every = kDefaultCreditEvery;
+  bool offload = false;  // UDP GSO (sender) and UDP GRO (receiver)
   double duration_s = kDefaultDurationS;
   double warmup_s = kDefaultWarmupS;
   std::optional<std::string> json;
@@ -214,7 +250,7 @@ void check_flag(std::string_view flag, Mode mode) {
   const bool server_flag = flag == "--bind";
   const bool client_flag = flag == "--server";
   const bool receiver_flag = flag == "--credit-every";
-  const bool any_flag = flag == "--batch";
+  const bool any_flag = flag == "--batch" || flag == "--offload";
   const bool load_flag = flag == "--datagram-size" || flag == "--window-datagrams" ||
                          flag == "--duration" || flag == "--warmup-seconds" || flag == "--json";
   if (!server_flag && !client_flag && !receiver_flag && !any_flag && !load_flag) {
@@ -241,6 +277,11 @@ void apply_flag(Options& opt, std::string_view flag, std::string_view value) {
     opt.batch = parse_size(flag, value, 1, kMaxBatch);
   } else if (flag == "--credit-every") {
     opt.credit_every = parse_size(flag, value, 1, kMaxWindow);
+  } else if (flag == "--offload") {
+    if (value != "on" && value != "off") {
+      throw UsageError(fmt::format("--offload: '{}' is not on or off", value));
+    }
+    opt.offload = value == "on";
   } else if (flag == "--duration") {
     opt.duration_s = parse_seconds(flag, value, /*allow_zero=*/false);
   } else if (flag == "--warmup-seconds") {
@@ -332,6 +373,17 @@ class Socket {
     }
   }
 
+  // Sets a UDP-level option for --offload on. Throws if the kernel refuses it:
+  // the run must not measure the plain path under the offload's name.
+  void require_udp_option(int option, int value, std::string_view name, std::string_view since) {
+    if (::setsockopt(fd_, SOL_UDP, option, &value, sizeof value) != 0) {
+      throw RunError(fmt::format(
+          "--offload on, but the kernel refuses {} (setsockopt SOL_UDP {}: {}; it needs "
+          "Linux {} or later); rerun with --offload off",
+          name, name, std::strerror(errno), since));
+    }
+  }
+
   sockaddr_in local_addr() const {
     sockaddr_in addr{};
     socklen_t len = sizeof addr;
@@ -345,27 +397,48 @@ class Socket {
   int fd_ = -1;
 };
 
+// Room for one control message, aligned as the CMSG_* macros need.
+union CmsgBuffer {
+  cmsghdr align;
+  char bytes[kCmsgBytes];
+};
+
+// Turns UDP GRO on (Linux 5.0+): merged receives, whose segment size a UDP_GRO
+// control message names. Throws RunError if the kernel refuses.
+void enable_gro(Socket& sock) { sock.require_udp_option(UDP_GRO, 1, "UDP_GRO", "5.0"); }
+
+// Makes UDP GSO available (Linux 4.18+). The socket's default segment size
+// stays 0: only sends with a UDP_SEGMENT control message are segmented.
+// Throws RunError if the kernel refuses.
+void enable_gso(Socket& sock) { sock.require_udp_option(UDP_SEGMENT, 0, "UDP_SEGMENT", "4.18"); }
+
 // ---------------------------------------------------------------------------
 // Receiver
 
 // Busy-polls a bound socket, counts the stream and returns credits to its
-// sender. Single-threaded; the socket must outlive it.
+// sender. Single-threaded; the socket must outlive it. With `offload`, the
+// socket must have UDP GRO on (enable_gro) and each of the `batch` messages
+// per recvmmsg may be a merged run of datagrams.
 class StreamReceiver {
  public:
-  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every)
+  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every, bool offload)
       : sock_(sock),
         batch_(batch),
         credit_every_(credit_every),
+        offload_(offload),
+        buffer_bytes_(offload ? kGroBufferBytes : kMaxUdpPayload),
         // Not zero-filled: only the pages datagrams land in get touched.
-        data_(std::make_unique_for_overwrite<char[]>(batch * kMaxUdpPayload)),
+        data_(std::make_unique_for_overwrite<char[]>(batch * buffer_bytes_)),
         from_(batch),
         iov_(batch),
+        cmsgs_(offload ? batch : 0),
         msgs_(batch) {
     for (std::size_t k = 0; k < batch_; ++k) {
-      iov_[k] = {data_.get() + k * kMaxUdpPayload, kMaxUdpPayload};
+      iov_[k] = {data_.get() + k * buffer_bytes_, buffer_bytes_};
       msgs_[k].msg_hdr.msg_iov = &iov_[k];
       msgs_[k].msg_hdr.msg_iovlen = 1;
       msgs_[k].msg_hdr.msg_name = &from_[k];
+      if (offload_) msgs_[k].msg_hdr.msg_control = cmsgs_[k].bytes;
     }
   }
 
@@ -381,9 +454,12 @@ class StreamReceiver {
   Socket& sock_;
   std::size_t batch_;
   std::size_t credit_every_;
+  bool offload_;
+  std::size_t buffer_bytes_;  // per message
   std::unique_ptr<char[]> data_;
   std::vector<sockaddr_in> from_;
   std::vector<iovec> iov_;
+  std::vector<CmsgBuffer> cmsgs_;  // offload only: one per message, for UDP_GRO
   std::vector<mmsghdr> msgs_;
   sockaddr_in sender_{};  // where credits go: the latest data datagram's source
   Credit counts_{0, 0, 0};
@@ -394,6 +470,9 @@ void StreamReceiver::run(bool stop_on_empty, const std::atomic<bool>& stop) {
   const auto vlen = static_cast<unsigned>(batch_);
   while (!stop.load(std::memory_order_relaxed)) {
     for (auto& m : msgs_) m.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    if (offload_) {
+      for (auto& m : msgs_) m.msg_hdr.msg_controllen = kCmsgBytes;
+    }
     const int got = ::recvmmsg(sock_.fd(), msgs_.data(), vlen, MSG_DONTWAIT, nullptr);
     if (got < 0) {
       // Stray ICMP errors from a vanished sender must not kill the receiver.
@@ -408,9 +487,23 @@ void StreamReceiver::run(bool stop_on_empty, const std::atomic<bool>& stop) {
   }
 }
 
+// How many datagrams a receive holds: a merged (GRO) one names its segment
+// size in a UDP_GRO control message; without one it is a single datagram.
+std::uint64_t gro_datagrams(mmsghdr& m) {
+  std::size_t segment_bytes = m.msg_len;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&m.msg_hdr, cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+      int gso_size = 0;
+      std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
+      if (gso_size > 0) segment_bytes = static_cast<std::size_t>(gso_size);
+    }
+  }
+  return (m.msg_len + segment_bytes - 1) / segment_bytes;  // msg_len > 0 here
+}
+
 bool StreamReceiver::count_batch(std::size_t got, bool stop_on_empty) {
   for (std::size_t k = 0; k < got; ++k) {
-    const mmsghdr& m = msgs_[k];
+    mmsghdr& m = msgs_[k];
     if (m.msg_len == 0 && stop_on_empty) return false;
     if (m.msg_len < kRunIdBytes || m.msg_hdr.msg_namelen != sizeof(sockaddr_in)) continue;
     std::uint64_t run_id = 0;
@@ -419,7 +512,9 @@ bool StreamReceiver::count_batch(std::size_t got, bool stop_on_empty) {
       counts_ = {run_id, 0, 0};
       credited_ = 0;
     }
-    ++counts_.datagrams;
+    // GRO merges the datagrams of one flow only (one source socket: one
+    // sender run), so the first segment's run_id speaks for all.
+    counts_.datagrams += offload_ ? gro_datagrams(m) : 1;
     counts_.bytes += m.msg_len;
     sender_ = from_[k];
   }
@@ -444,29 +539,55 @@ struct GoodputResults {
   std::uint64_t lost = 0;       // datagrams presumed lost, whole run
 };
 
+// Datagrams in one UDP GSO send: at most kMaxGsoSegments and kMaxUdpPayload bytes.
+std::size_t gso_segments_per_send(std::size_t datagram_size) {
+  return std::min(kMaxGsoSegments, kMaxUdpPayload / datagram_size);
+}
+
 // Streams datagrams to a receiver under a credit window. Single-threaded.
+// With opt.offload, throws RunError if the kernel refuses UDP GSO.
 class StreamSender {
  public:
   StreamSender(const sockaddr_in& receiver, const Options& opt)
       : receiver_(receiver),
         window_(opt.window),
         batch_(opt.batch),
-        payload_(opt.datagram_size, 'x'),
-        tx_iov_{payload_.data(), payload_.size()},
+        offload_(opt.offload),
+        datagram_size_(opt.datagram_size),
+        segments_per_send_(offload_ ? gso_segments_per_send(datagram_size_) : 1),
+        payload_(segments_per_send_ * datagram_size_, 'x'),
+        tx_iov_(batch_, iovec{payload_.data(), datagram_size_}),
+        tx_cmsgs_(offload_ ? batch_ : 0),
         tx_(batch_),
         credit_iov_(kCreditBatch),
         credit_msgs_(kCreditBatch) {
+    if (offload_) enable_gso(sock_);
     std::random_device rd;
     run_id_ = (std::uint64_t{rd()} << 32) ^ rd() ^
               static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
-    std::memcpy(payload_.data(), &run_id_, kRunIdBytes);
-    // Every datagram carries the same bytes: one buffer serves the whole batch.
-    for (auto& m : tx_) {
-      m.msg_hdr.msg_iov = &tx_iov_;
-      m.msg_hdr.msg_iovlen = 1;
+    // Every datagram carries the same bytes: one buffer serves the whole batch
+    // (with offload, a GSO send's worth of datagrams, each opening with run_id).
+    for (std::size_t seg = 0; seg < segments_per_send_; ++seg) {
+      std::memcpy(payload_.data() + seg * datagram_size_, &run_id_, kRunIdBytes);
+    }
+    for (std::size_t k = 0; k < batch_; ++k) {
+      msghdr& h = tx_[k].msg_hdr;
+      h.msg_iov = &tx_iov_[k];
+      h.msg_iovlen = 1;
       // Unconnected, destination per datagram: as librpc's udp transport does.
-      m.msg_hdr.msg_name = &receiver_;
-      m.msg_hdr.msg_namelen = sizeof receiver_;
+      h.msg_name = &receiver_;
+      h.msg_namelen = sizeof receiver_;
+      if (offload_) {
+        // The segment size never changes: each message's UDP_SEGMENT is set once.
+        h.msg_control = tx_cmsgs_[k].bytes;
+        h.msg_controllen = CMSG_SPACE(sizeof(std::uint16_t));
+        cmsghdr* cm = CMSG_FIRSTHDR(&h);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));  // the kernel wants exactly a u16
+        const auto segment_bytes = static_cast<std::uint16_t>(datagram_size_);
+        std::memcpy(CMSG_DATA(cm), &segment_bytes, sizeof segment_bytes);
+      }
     }
     for (std::size_t k = 0; k < kCreditBatch; ++k) {
       credit_iov_[k] = {&credits_[k], sizeof(Credit)};
@@ -486,15 +607,20 @@ class StreamSender {
  private:
   std::uint64_t in_flight() const { return sent_ - acked_.datagrams - written_off_; }
   bool poll_credits();
+  unsigned pack_gso_sends(std::size_t datagrams);
   void top_up_window();
 
   Socket sock_;
   sockaddr_in receiver_;
   std::size_t window_;
   std::size_t batch_;
+  bool offload_;
+  std::size_t datagram_size_;
+  std::size_t segments_per_send_;  // datagrams per message: 1 unless offload_
   std::uint64_t run_id_ = 0;
   std::vector<char> payload_;
-  iovec tx_iov_;
+  std::vector<iovec> tx_iov_;         // one per message: GSO sends differ in length
+  std::vector<CmsgBuffer> tx_cmsgs_;  // offload only: UDP_SEGMENT, one per message
   std::vector<mmsghdr> tx_;
   std::array<Credit, kCreditBatch> credits_{};
   std::vector<iovec> credit_iov_;
@@ -522,17 +648,41 @@ bool StreamSender::poll_credits() {
   return acked_.datagrams != before;
 }
 
+// Offload: lays `datagrams` out as GSO sends of up to segments_per_send_
+// datagrams each; returns how many messages that takes.
+unsigned StreamSender::pack_gso_sends(std::size_t datagrams) {
+  unsigned msgs = 0;
+  for (std::size_t left = datagrams; left > 0; ++msgs) {
+    const std::size_t segments = std::min(left, segments_per_send_);
+    tx_iov_[msgs].iov_len = segments * datagram_size_;
+    left -= segments;
+  }
+  return msgs;
+}
+
 // Sends until `window_` datagrams are in flight or the socket pushes back.
 void StreamSender::top_up_window() {
   while (in_flight() < window_) {
     const auto n = static_cast<unsigned>(std::min<std::uint64_t>(window_ - in_flight(), batch_));
-    const int r = ::sendmmsg(sock_.fd(), tx_.data(), n, MSG_DONTWAIT);
+    const unsigned msgs = offload_ ? pack_gso_sends(n) : n;
+    const int r = ::sendmmsg(sock_.fd(), tx_.data(), msgs, MSG_DONTWAIT);
     if (r < 0) {
       if (is_transient(errno) || errno == ECONNREFUSED) return;  // retry next round
-      throw_errno(fmt::format("sendmmsg {}", format_addr(receiver_)));
+      throw_errno(fmt::format("sendmmsg {}{}", format_addr(receiver_),
+                              offload_ ? " (UDP GSO send: EINVAL may mean a segment larger "
+                                         "than the route's MTU, EIO a device without UDP "
+                                         "segmentation)"
+                                       : ""));
     }
-    sent_ += static_cast<std::uint64_t>(r);
-    if (static_cast<unsigned>(r) < n) return;
+    if (offload_) {
+      // Each message (a GSO send) went whole: count its datagrams.
+      for (std::size_t k = 0; k < static_cast<std::size_t>(r); ++k) {
+        sent_ += tx_iov_[k].iov_len / datagram_size_;
+      }
+    } else {
+      sent_ += static_cast<std::uint64_t>(r);
+    }
+    if (static_cast<unsigned>(r) < msgs) return;
   }
 }
 
@@ -585,9 +735,9 @@ void write_json(const std::string& path, const Options& opt, const std::string& 
              "{{\"system\":\"raw_udp\",\"transport\":\"udp\",\"workload\":\"goodput\","
              "\"setup\":\"{}\",\"results\":[{{\"size\":{},\"window\":{},\"batch\":{},"
              "\"duration_s\":{:.6f},\"messages\":{},\"bytes\":{},\"gbps\":{:.4f},"
-             "\"stalls\":{},\"lost\":{}}}]}}\n",
+             "\"stalls\":{},\"lost\":{},\"offload\":{}}}]}}\n",
              setup, opt.datagram_size, opt.window, opt.batch, res.duration_s, res.datagrams,
-             res.bytes, gbps, res.stalls, res.lost);
+             res.bytes, gbps, res.stalls, res.lost, opt.offload);
   const bool write_failed = std::ferror(f) != 0;
   if (std::fclose(f) != 0 || write_failed) throw_errno(fmt::format("writing {}", path));
 }
@@ -595,9 +745,9 @@ void write_json(const std::string& path, const Options& opt, const std::string& 
 void report(const Options& opt, const std::string& setup, const GoodputResults& res) {
   const double gbps = static_cast<double>(res.bytes) * 8 / 1e9 / res.duration_s;
   fmt::print(
-      "udp_stream datagram={} B window={} batch={} goodput={:.2f} Gbit/s ({} datagrams, "
-      "{:.1f} MiB in {:.2f} s){}\n",
-      opt.datagram_size, opt.window, opt.batch, gbps, res.datagrams,
+      "udp_stream datagram={} B window={} batch={} offload={} goodput={:.2f} Gbit/s ({} "
+      "datagrams, {:.1f} MiB in {:.2f} s){}\n",
+      opt.datagram_size, opt.window, opt.batch, opt.offload ? "on" : "off", gbps, res.datagrams,
       static_cast<double>(res.bytes) / (1 << 20), res.duration_s,
       res.stalls ? fmt::format(" stalls={} lost={}", res.stalls, res.lost) : std::string());
   std::fflush(stdout);
@@ -610,19 +760,25 @@ void report(const Options& opt, const std::string& setup, const GoodputResults& 
 int run_server_mode(const Options& opt) {
   Socket sock;
   sock.bind(parse_endpoint("--bind", opt.bind));
+  if (opt.offload) enable_gro(sock);
   fmt::print(
-      "udp_stream receiver: busy-polling on {} (batch {}, credit every {}), Ctrl-C to "
-      "stop\n",
-      format_addr(sock.local_addr()), opt.batch, opt.credit_every);
+      "udp_stream receiver: busy-polling on {} (batch {}, credit every {}, UDP GRO {}), "
+      "Ctrl-C to stop\n",
+      format_addr(sock.local_addr()), opt.batch, opt.credit_every, opt.offload ? "on" : "off");
   std::fflush(stdout);
   const std::atomic<bool> never{false};
-  StreamReceiver(sock, opt.batch, opt.credit_every).run(/*stop_on_empty=*/false, never);
+  StreamReceiver(sock, opt.batch, opt.credit_every, opt.offload)
+      .run(/*stop_on_empty=*/false, never);
   return 0;
 }
 
 std::string describe_flow(const Options& opt) {
-  return fmt::format("sendmmsg/recvmmsg batch {}; busy-polled; window {} datagrams", opt.batch,
-                     opt.window);
+  const std::string offload =
+      opt.offload ? fmt::format("UDP GSO sends of up to {} datagrams, UDP GRO receives",
+                                gso_segments_per_send(opt.datagram_size))
+                  : std::string("no UDP GSO/GRO");
+  return fmt::format("sendmmsg/recvmmsg batch {}; {}; busy-polled; window {} datagrams", opt.batch,
+                     offload, opt.window);
 }
 
 int run_client_mode(const Options& opt) {
@@ -664,13 +820,15 @@ int run_combined_mode(const Options& opt) {
   bind_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   bind_addr.sin_port = 0;  // ephemeral: never collides with a running receiver
   receiver_sock.bind(bind_addr);
+  if (opt.offload) enable_gro(receiver_sock);  // before the thread: a refusal fails the run here
   const sockaddr_in receiver_addr = receiver_sock.local_addr();
 
   std::atomic<bool> stop{false};
   std::exception_ptr receiver_error;
   std::thread receiver([&] {
     try {
-      StreamReceiver(receiver_sock, opt.batch, opt.credit_every).run(/*stop_on_empty=*/true, stop);
+      StreamReceiver(receiver_sock, opt.batch, opt.credit_every, opt.offload)
+          .run(/*stop_on_empty=*/true, stop);
     } catch (...) {
       receiver_error = std::current_exception();
     }
