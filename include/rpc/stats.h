@@ -25,7 +25,15 @@ struct SessionStats {
   uint64_t tx_pkts = 0;
   uint64_t rx_pkts = 0;
   uint64_t retransmissions = 0;  // slot rollbacks after an RTO
+  // Packets answered twice: sent again although the first copy had
+  // arrived (a timeout while the peer was slow, not lost).
+  uint64_t spurious_retransmissions = 0;
   uint64_t requests_completed = 0;
+  // Client: smoothed round trip of the session's packets (to their credit
+  // return or response, handler time included) and the RTO derived from
+  // it, in microseconds; 0 before the first sample.
+  uint64_t srtt_us = 0;
+  uint64_t rto_us = 0;
 };
 
 struct RpcStats {
@@ -33,17 +41,18 @@ struct RpcStats {
   uint64_t rx_pkts = 0;
   uint64_t tx_dropped_injected = 0;  // dropped by drop_tx_fraction
   uint64_t retransmissions = 0;
-  uint64_t requests_completed = 0;   // client side
-  uint64_t handlers_run = 0;         // server side
-  uint64_t duplicate_requests = 0;   // answered from a slot's cache
-  uint64_t bulk_reads = 0;           // one-sided reads posted (large messages)
-  uint64_t bulk_reads_failed = 0;    // completed with an error (the sender retries)
-  uint64_t bulk_reads_orphaned = 0;  // whose reader stopped waiting (request failed,
-                                     // session ended): finished before buffers were reused
-  uint64_t bulk_exposures = 0;       // payloads exposed to a peer for one transfer
-  uint64_t bulk_expose_failed = 0;   // exposures refused: sent as datagrams instead
-  uint64_t bulk_paths_failed = 0;    // bulk connections (verbs RC QPs) that failed; their
-                                     // sessions were reset
+  uint64_t spurious_retransmissions = 0;  // packets answered twice (see SessionStats)
+  uint64_t requests_completed = 0;        // client side
+  uint64_t handlers_run = 0;              // server side
+  uint64_t duplicate_requests = 0;        // answered from a slot's cache
+  uint64_t bulk_reads = 0;                // one-sided reads posted (large messages)
+  uint64_t bulk_reads_failed = 0;         // completed with an error (the sender retries)
+  uint64_t bulk_reads_orphaned = 0;       // whose reader stopped waiting (request failed,
+                                          // session ended): finished before buffers were reused
+  uint64_t bulk_exposures = 0;            // payloads exposed to a peer for one transfer
+  uint64_t bulk_expose_failed = 0;        // exposures refused: sent as datagrams instead
+  uint64_t bulk_paths_failed = 0;         // bulk connections (verbs RC QPs) that failed; their
+                                          // sessions were reset
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
   uint64_t sessions_reset = 0;              // reset because the remote failed

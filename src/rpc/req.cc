@@ -60,6 +60,7 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.resp_pkts = 0;
   slot.num_tx = 0;
   slot.num_rx = 0;
+  slot.rtt_sample_index = kNoSample;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
   client_try_send(slot);
@@ -82,6 +83,10 @@ void RpcImpl::client_try_send(ClientSlot& slot) {
       return;
     }
     session.credits--;
+    if (slot.rtt_sample_index == kNoSample) {  // time this packet
+      slot.rtt_sample_index = slot.num_tx;
+      slot.rtt_sample_sent_ns = now_ns_;
+    }
     slot.num_tx++;
     slot.progress_ns = now_ns_;
     if (is_req_pkt) {

@@ -96,7 +96,15 @@ ClientSlot* RpcImpl::client_slot_for(Session& session, uint64_t req_num) {
 // Go-back-N: only the next expected packet is accepted. Each accepted
 // packet answers one sent packet and returns its credit.
 bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
-  if (slot.bulk_read != kNoBulkRead || rx_index < slot.num_rx) {
+  if (rx_index < slot.num_rx) {
+    // A second answer to a packet: the server got it twice, so a
+    // retransmission of it was not needed (or the network duplicated it).
+    stats_.drops.stale++;
+    stats_.spurious_retransmissions++;
+    slot.session->stats.spurious_retransmissions++;
+    return false;
+  }
+  if (slot.bulk_read != kNoBulkRead) {
     stats_.drops.stale++;
     return false;
   }
@@ -105,7 +113,15 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     return false;
   }
   slot.num_rx++;
-  slot.session->credits++;
+  Session& session = *slot.session;
+  session.credits++;
+  if (rx_index == slot.rtt_sample_index) {
+    session.rtt.add_sample(now_ns_ - slot.rtt_sample_sent_ns);
+    slot.rtt_sample_index = kNoSample;
+    session.stats.srtt_us = session.rtt.srtt_ns() / 1000;
+    session.stats.rto_us = session.rtt.rto_ns() / 1000;
+    session.rto_backoff = 0;
+  }
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
   return true;

@@ -39,6 +39,7 @@ Session* RpcImpl::alloc_session(SessionRole role) {
   if (num_sessions_ >= config_.max_sessions) return nullptr;
   auto s = std::make_unique<Session>();
   s->role = role;
+  s->rtt = RttEstimator(rto_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
   bool ok = true;
   for (size_t i = 0; i < kSessionReqWindow; i++) {

@@ -12,6 +12,7 @@
 #include "rpc/msg_buffer.h"
 #include "rpc/req_handle.h"
 #include "rpc/rpc.h"
+#include "rpc/rtt.h"
 #include "rpc/stats.h"
 #include "transport/transport.h"
 #include "wire/pkt_hdr.h"
@@ -27,6 +28,10 @@ inline constexpr size_t kSessionReqWindow = 8;
 inline constexpr size_t kSessionCredits = 32;
 static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
 static_assert(kSessionCredits >= kSessionReqWindow, "each slot needs at least one credit");
+// ClientSlot::rtt_sample_index when no packet is being timed.
+inline constexpr size_t kNoSample = SIZE_MAX;
+// Timeouts double a session's RTO up to 2^kMaxRtoBackoff times.
+inline constexpr uint8_t kMaxRtoBackoff = 6;
 
 // The first request number of slot 0 of a session. Both ends derive it from
 // the random token of the connect request, so each session starts at its
@@ -103,7 +108,11 @@ struct ClientSlot {
   size_t resp_pkts = 0;  // 0 until response packet 0 arrives
   size_t num_tx = 0;
   size_t num_rx = 0;
-  uint64_t progress_ns = 0;          // last send or accepted receive, for the RTO
+  uint64_t progress_ns = 0;  // last send or accepted receive, for the RTO
+  // The one packet being timed for an RTT sample (its tx index, kNoSample
+  // if none) and when it was sent; a rollback drops it (Karn's rule).
+  size_t rtt_sample_index = kNoSample;
+  uint64_t rtt_sample_sent_ns = 0;
   uint64_t rx_progress_ns = 0;       // start, or last accepted receive: for request_timeout_ms
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
@@ -202,6 +211,11 @@ struct Session {
   size_t pending_handlers = 0;       // server: handlers not yet responded
   size_t rx_budget_bytes = 0;        // server: bytes of requests being received or handled
   SessionStats stats;
+  RttEstimator rtt;  // client: its RTO (rtt.h)
+  // Client: timeouts since the last RTT sample; each doubles the RTO (as
+  // TCP backs off), so a peer slower than the RTO is waited for long
+  // enough to give a sample, which resets it.
+  uint8_t rto_backoff = 0;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }

@@ -25,7 +25,13 @@ echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'
 echo '--- two processes over verbs: a latency server and a client'
 '$bench/latency' \$slow --mode server --server-uri 127.0.0.1:31877 --transport verbs > /tmp/server.log 2>&1 &
 server=\$!
-sleep 2
+# Ready once it prints its banner (after its Rpc exists); under TCG and
+# ASan that can take far longer than a fixed sleep.
+for _ in \$(seq 600); do
+  grep -q 'latency server' /tmp/server.log && break
+  kill -0 \$server 2>/dev/null || { cat /tmp/server.log; exit 1; }
+  sleep 0.1
+done
 '$bench/latency' \$slow --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K,1M --iters 1000 --warmup 100 --duration 5
 kill -INT \$server
 wait \$server
