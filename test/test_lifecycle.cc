@@ -271,6 +271,24 @@ TEST_CASE("requests beyond the receive budget wait their turn and complete") {
   CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
 }
 
+TEST_CASE("by default, two of the largest requests fit one session's receive budget at once") {
+  // Regression: the default per-session budget was one max_msg_size(), so
+  // the second of two concurrent 8 MiB requests over udp was dropped at its
+  // first packet and waited out an RTO (1.2 instead of 7.5 Gbit/s).
+  Pair p;
+  const size_t size = p.client->max_msg_size() * 6 / 10;
+  Call a(*p.client, size);
+  Call b(*p.client, size);
+  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return a.runs == 1 && b.runs == 1; }));
+  CHECK(a.errc == Errc::kOk);
+  CHECK(b.errc == Errc::kOk);
+  CHECK(p.server->stats().drops.rx_budget == 0);
+  a.release(*p.client);
+  b.release(*p.client);
+}
+
 TEST_CASE("a connect request replayed after its session ended builds nothing") {
   Pair p;
   // The connect request, as the client sent it

@@ -108,8 +108,9 @@ struct RpcConfig {
   // handled (multi-packet and bulk requests, and copies for background
   // handlers; single-packet foreground requests cost nothing). A request
   // beyond it is dropped and counted (RpcStats::drops.rx_budget); the client
-  // retransmits. Per session, 0 means max_msg_size(); per Rpc, at least the
-  // per-session budget.
+  // retransmits. Per session, 0 means two of the largest messages
+  // (2 x max_msg_size(), within the per-Rpc budget, at least one); per
+  // Rpc, at least the per-session budget.
   size_t rx_budget_per_session_bytes = 0;
   size_t rx_budget_per_rpc_bytes = size_t{64} << 20;
   // Messages larger than this use the transport's one-sided bulk path when

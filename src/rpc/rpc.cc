@@ -1,6 +1,7 @@
 // Rpc construction and destruction, buffers, and the public API forwarding
 // to RpcImpl.
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <thread>
 
@@ -73,8 +74,13 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   partial_request_timeout_ns_ = uint64_t{config.partial_request_timeout_ms} * 1000000;
   if (partial_request_timeout_ns_ == 0)
     throw Error("Rpc: partial_request_timeout_ms must be positive");
+  // Default: two of the largest messages, so that a window of them streams
+  // (with one, the second of two 8 MiB requests was dropped at its first
+  // packet and waited out an RTO), within the per-Rpc budget.
   rx_budget_per_session_bytes_ =
-      config.rx_budget_per_session_bytes == 0 ? max_msg_size_ : config.rx_budget_per_session_bytes;
+      config.rx_budget_per_session_bytes != 0
+          ? config.rx_budget_per_session_bytes
+          : std::max(max_msg_size_, std::min(2 * max_msg_size_, config.rx_budget_per_rpc_bytes));
   rx_budget_per_rpc_bytes_ = config.rx_budget_per_rpc_bytes;
   if (rx_budget_per_rpc_bytes_ < rx_budget_per_session_bytes_) {
     throw Error(
