@@ -175,7 +175,9 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
              client.errors(0)
                  ? fmt::format(" errors={} (first: {})", client.errors(0), f.first_error)
                  : "",
-             f.retransmissions ? fmt::format(" retransmissions={}", f.retransmissions) : "",
+             f.retransmissions ? fmt::format(" retransmissions={} (spurious {})", f.retransmissions,
+                                             f.spurious_retransmissions)
+                               : "",
              f.drained ? "" : " (requests left unanswered at the end)",
              w.interrupted ? " (interrupted)" : "");
   std::fflush(stdout);
@@ -187,7 +189,8 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
       .add_double("gbps", gbps)
       .add_uint("resp_size", opt.resp_size)
       .add_uint("errors", client.errors(0))
-      .add_uint("retransmissions", f.retransmissions);
+      .add_uint("retransmissions", f.retransmissions)
+      .add_uint("spurious_retransmissions", f.spurious_retransmissions);
   return o;
 }
 

@@ -70,6 +70,7 @@ void ClientThreads::run(Worker& w, std::size_t index, rpc::Nexus& nexus,
       w.final.first_error = loop.first_error();
     }
     w.final.retransmissions = rpc.stats().retransmissions;
+    w.final.spurious_retransmissions = rpc.stats().spurious_retransmissions;
     w.final.resets = watch.resets;
     close_sessions(rpc, sessions);
     w.state.store(kDone, std::memory_order_release);

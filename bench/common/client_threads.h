@@ -61,9 +61,10 @@ class ClientThreads {
   // What thread i saw, once stop() has returned.
   struct Final {
     std::uint64_t retransmissions = 0;
-    std::size_t resets = 0;   // sessions the server reset
-    bool drained = true;      // everything outstanding came back at the end
-    std::string first_error;  // of its ClosedLoop; empty when none
+    std::uint64_t spurious_retransmissions = 0;  // RpcStats: packets answered twice
+    std::size_t resets = 0;                      // sessions the server reset
+    bool drained = true;                         // everything outstanding came back at the end
+    std::string first_error;                     // of its ClosedLoop; empty when none
   };
   const Final& final_state(std::size_t i) const { return workers_[i]->final; }
 
