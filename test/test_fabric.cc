@@ -275,6 +275,46 @@ TEST_CASE("over fabric, large messages travel by one-sided read", "[fabric]") {
   CHECK(p.client->stats().bulk_reads == 3);
 }
 
+TEST_CASE("over fabric, a long read goes as parts and completes once, failed if any part fails",
+          "[fabric]") {
+  const std::string provider = GENERATE(from_range(bulk_providers()));
+  INFO("provider " << provider);
+  FabricTransport owner(fabric_config(provider), "127.0.0.1");
+  FabricTransport reader(fabric_config(provider), "127.0.0.1");
+  reader.set_read_chunk_bytes(1 << 20);
+  const RoutePair routes = resolve_each_other(reader, owner);
+  constexpr uint32_t kLen = (3u << 20) + 5;  // four parts, the last one short
+  TxBuffer payload(owner, kLen);
+  for (size_t i = 0; i < kLen; i++) payload.bytes[i] = pattern_byte(i, 7);
+  Exposure exposure;
+  REQUIRE(owner.expose_for_read(RoutingInfo{}, payload.bytes.data(), kLen, payload.reg, exposure));
+  TxBuffer mine(reader, kLen + 1);
+  BulkAttack io{owner, reader, routes.to_b, {}};
+  // No second completion for the same operation: drive a while and look.
+  auto no_more_completions = [&] {
+    std::array<BulkCompletion, 4> done{};
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    size_t extra = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      io.drive();
+      extra += reader.poll_bulk(done);
+    }
+    return extra == 0;
+  };
+  // The whole exposure: one completion, every byte.
+  CHECK(io.attempt(false, mine.bytes.data(), mine.reg, exposure.remote_addr, exposure.key, kLen));
+  CHECK(std::memcmp(mine.bytes.data(), payload.bytes.data(), kLen) == 0);
+  CHECK(no_more_completions());
+  CHECK(reader.bulk_ops_in_flight() == 0);
+  // One byte past the exposure: the last part is refused, so the whole
+  // read fails, once.
+  CHECK_FALSE(
+      io.attempt(false, mine.bytes.data(), mine.reg, exposure.remote_addr, exposure.key, kLen + 1));
+  CHECK(no_more_completions());
+  CHECK(reader.bulk_ops_in_flight() == 0);
+  owner.revoke_exposure(exposure);
+}
+
 TEST_CASE("over fabric, a datagram from another endpoint cannot reach a session", "[fabric]") {
   const std::string provider = GENERATE(from_range(providers_under_test()));
   INFO("provider " << provider);

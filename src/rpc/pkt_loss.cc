@@ -56,7 +56,11 @@ void RpcImpl::rollback(ClientSlot& slot) {
   slot.num_tx = slot.num_rx;
   slot.progress_ns = now_ns_;
   slot.rtt_sample_index = kNoSample;  // Karn: an answer now may be to either copy
-  if (session.rto_backoff < kMaxRtoBackoff) session.rto_backoff++;
+  if (session.rto_backoff < kMaxRtoBackoff &&
+      now_ns_ - session.rto_backoff_ns >= session.rtt.rto_ns() << session.rto_backoff) {
+    session.rto_backoff++;
+    session.rto_backoff_ns = now_ns_;
+  }
   session.stats.retransmissions++;
   stats_.retransmissions++;
   client_try_send(slot);

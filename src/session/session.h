@@ -216,6 +216,9 @@ struct Session {
   // TCP backs off), so a peer slower than the RTO is waited for long
   // enough to give a sample, which resets it.
   uint8_t rto_backoff = 0;
+  // When it was last doubled: slots that time out together (one loss
+  // event, one slow peer) double it once, as TCP's single timer would.
+  uint64_t rto_backoff_ns = 0;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }

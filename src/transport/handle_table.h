@@ -29,6 +29,11 @@ class HandleTable {
     free_.push_back(handle);
     return value;
   }
+  // The value of a live handle, in place; nullptr for any other handle.
+  T* get(uint32_t handle) {
+    if (handle >= values_.size() || values_[handle] == T{}) return nullptr;
+    return &values_[handle];
+  }
   size_t live() const { return values_.size() - free_.size(); }
   // Calls f on every live value and forgets them all.
   template <typename F>

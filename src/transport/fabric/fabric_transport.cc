@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -345,6 +346,14 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     for (OpContext& c : tx_ctx_) tx_free_.push_back(&c);
     bulk_done_.reserve(tx_depth);
     pending_.resize(kMaxPending);
+    if (const char* chunk = std::getenv("LIBRPC_FABRIC_READ_CHUNK_BYTES"); chunk != nullptr) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(chunk, &end, 10);
+      if (end == chunk || *end != '\0' || v > UINT32_MAX) {
+        fail(fmt::format("LIBRPC_FABRIC_READ_CHUNK_BYTES '{}' is not a byte count", chunk));
+      }
+      read_chunk_bytes_ = static_cast<uint32_t>(v);
+    }
 
     ring_mem_.assign(caps_.rx_ring_size * caps_.max_pkt_bytes, 0);
     auto ring_reg = register_memory(ring_mem_.data(), ring_mem_.size());
@@ -488,15 +497,21 @@ void FabricTransport::progress_tx() {
       auto* ctx = static_cast<OpContext*>(err.op_context);
       RPC_LOG_DEBUG("fabric transport: operation failed: {}", fi_strerror(err.err));
       if (ctx == nullptr) continue;
-      if (ctx->kind == OpKind::kBulk) bulk_done_.push_back(BulkCompletion{ctx->cookie, false});
-      tx_free_.push_back(ctx);
+      if (ctx->kind == OpKind::kBulk) {
+        finish_bulk_part(ctx, false);
+      } else {
+        tx_free_.push_back(ctx);
+      }
       continue;
     }
     if (n <= 0) return;
     for (size_t i = 0; i < static_cast<size_t>(n); i++) {
       auto* ctx = static_cast<OpContext*>(entries[i].op_context);
-      if (ctx->kind == OpKind::kBulk) bulk_done_.push_back(BulkCompletion{ctx->cookie, true});
-      tx_free_.push_back(ctx);
+      if (ctx->kind == OpKind::kBulk) {
+        finish_bulk_part(ctx, true);
+      } else {
+        tx_free_.push_back(ctx);
+      }
     }
   }
 }
@@ -740,35 +755,75 @@ void FabricTransport::quiesce_bulk() {
   ep_ = nullptr;
   bulk_done_.clear();
   pending_rma_.clear();
+  parents_.drain([](BulkParent&) {});
   pending_count_ = 0;
 }
 
+// A long read goes as parts of about read_chunk_bytes_, all posted at once
+// (as many as free contexts allow, at most kMaxReadParts), so the provider
+// streams them instead of one request/response per message; each part has
+// its own context, and the operation completes with its last part.
 bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   if (!caps_.bulk || ep_ == nullptr) return false;
-  OpContext* ctx = take_tx_context();
-  if (ctx == nullptr) return false;
-  ctx->kind = OpKind::kBulk;
-  ctx->cookie = op.cookie;
-  const PendingRma r{ctx,
-                     reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr,
-                     op.local_addr,
-                     op.local_desc,
-                     op.remote_addr,
-                     op.remote_key,
-                     op.len,
-                     write};
-  // Behind others that wait, in order; else at once.
-  const ssize_t rc = pending_rma_.empty() ? issue_rma(r) : -FI_EAGAIN;
-  if (rc == -FI_EAGAIN) {
-    pending_rma_.push_back(r);
-    return true;
+  size_t parts = 1;
+  if (!write && read_chunk_bytes_ != 0 && op.len > read_chunk_bytes_) {
+    parts = std::min<size_t>((op.len + read_chunk_bytes_ - 1) / read_chunk_bytes_, kMaxReadParts);
   }
-  if (rc != 0) {
-    tx_free_.push_back(ctx);
+  std::array<OpContext*, kMaxReadParts> ctxs;
+  size_t got = 0;
+  ctxs[got] = take_tx_context();  // may make progress to free one
+  if (ctxs[got] == nullptr) return false;
+  for (got = 1; got < parts && !tx_free_.empty(); got++) {
+    ctxs[got] = tx_free_.back();  // the rest only if free now
+    tx_free_.pop_back();
+  }
+  parts = got;
+  const uint32_t part_len = static_cast<uint32_t>((op.len + parts - 1) / parts);
+  const uint32_t parent = parents_.add(BulkParent{op.cookie, static_cast<uint32_t>(parts), false});
+  const fi_addr_t peer =
+      reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
+  for (size_t i = 0; i < parts; i++) {
+    OpContext* ctx = ctxs[i];
+    ctx->kind = OpKind::kBulk;
+    ctx->parent = parent;
+    const uint32_t offset = static_cast<uint32_t>(i) * part_len;
+    const PendingRma r{ctx,
+                       peer,
+                       op.local_addr + offset,
+                       op.local_desc,
+                       op.remote_addr + offset,
+                       op.remote_key,
+                       std::min(part_len, op.len - offset),
+                       write};
+    // Behind others that wait, in order; else at once.
+    const ssize_t rc = pending_rma_.empty() ? issue_rma(r) : -FI_EAGAIN;
+    if (rc == -FI_EAGAIN) {
+      pending_rma_.push_back(r);
+      continue;
+    }
+    if (rc == 0) continue;
     RPC_LOG_WARN("fabric transport: {}: {}", write ? "fi_write" : "fi_read", fi_error(rc));
-    return false;
+    if (i == 0) {  // nothing posted: refuse the whole operation
+      for (size_t j = 0; j < parts; j++) tx_free_.push_back(ctxs[j]);
+      (void)parents_.take(parent);
+      return false;
+    }
+    finish_bulk_part(ctx, false);  // the operation fails when its posted parts are done
   }
   return true;
+}
+
+// One part of a bulk operation is over: its context is free, and the
+// operation is reported when it was the last.
+void FabricTransport::finish_bulk_part(OpContext* ctx, bool ok) {
+  const uint32_t parent = ctx->parent;
+  tx_free_.push_back(ctx);
+  BulkParent* p = parents_.get(parent);
+  if (p == nullptr) return;  // quiesced
+  if (!ok) p->failed = true;
+  if (--p->outstanding > 0) return;
+  bulk_done_.push_back(BulkCompletion{p->cookie, !p->failed});
+  (void)parents_.take(parent);
 }
 
 ssize_t FabricTransport::issue_rma(const PendingRma& r) {
@@ -788,8 +843,7 @@ void FabricTransport::drain_pending_rma() {
     if (rc == -FI_EAGAIN) break;
     if (rc != 0) {
       RPC_LOG_WARN("fabric transport: {}: {}", r.write ? "fi_write" : "fi_read", fi_error(rc));
-      bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
-      tx_free_.push_back(r.ctx);
+      finish_bulk_part(r.ctx, false);
     }
   }
   pending_rma_.erase(pending_rma_.begin(), pending_rma_.begin() + static_cast<ptrdiff_t>(done));
@@ -800,8 +854,7 @@ void FabricTransport::drain_pending_rma() {
 void FabricTransport::fail_pending_rma_to(fi_addr_t peer) {
   std::erase_if(pending_rma_, [&](const PendingRma& r) {
     if (r.peer != peer) return false;
-    bulk_done_.push_back(BulkCompletion{r.ctx->cookie, false});
-    tx_free_.push_back(r.ctx);
+    finish_bulk_part(r.ctx, false);
     return true;
   });
 }

@@ -84,6 +84,10 @@ class FabricTransport final : public Transport {
   // Sends and one-sided operations not completed yet (posted or waiting),
   // and datagrams still waiting for the provider (tests: a peer has
   // received what was sent).
+  // For tests and measurement: the part size of pipelined reads (0: one
+  // read per message), and operations with parts outstanding.
+  void set_read_chunk_bytes(uint32_t bytes) { read_chunk_bytes_ = bytes; }
+  size_t bulk_ops_in_flight() const { return parents_.live(); }
   size_t sends_outstanding() const { return tx_ctx_.size() - tx_free_.size() + pending_count_; }
   // Address-vector entries held for peers (one per remote endpoint that
   // some resolved, not yet released routing info names).
@@ -99,8 +103,21 @@ class FabricTransport final : public Transport {
     fi_context2 fi;
     OpKind kind;
     uint32_t index;   // RX ring buffer
-    uint64_t cookie;  // bulk
+    uint32_t parent;  // bulk: the operation this part of it belongs to (parents_)
   };
+  // A one-sided operation, posted as one or more parts (pipelined reads);
+  // reported to the engine when its last part completes.
+  struct BulkParent {
+    uint64_t cookie = 0;
+    uint32_t outstanding = 0;  // parts not completed; > 0 while live
+    bool failed = false;
+    bool operator==(const BulkParent&) const = default;
+  };
+  // Reads longer than this go as several fi_reads in flight at once, at
+  // most kMaxReadParts (LIBRPC_FABRIC_READ_CHUNK_BYTES overrides it; 0: one
+  // read per message). Chosen by measurement: docs/transports.md.
+  static constexpr uint32_t kDefaultReadChunkBytes = 1u << 20;
+  static constexpr size_t kMaxReadParts = 16;
 
   void cleanup() noexcept;
   // fi_mr_reg with a key of ours where the provider takes requested keys
@@ -125,6 +142,7 @@ class FabricTransport final : public Transport {
     bool write;
   };
   ssize_t issue_rma(const PendingRma& r);
+  void finish_bulk_part(OpContext* ctx, bool ok);
   void drain_pending_rma();
   void fail_pending_rma_to(fi_addr_t peer);
   void post_recv(uint32_t index);
@@ -184,6 +202,8 @@ class FabricTransport final : public Transport {
   uint64_t tx_dropped_ = 0;
   std::vector<BulkCompletion> bulk_done_;
   std::vector<PendingRma> pending_rma_;  // oldest first
+  HandleTable<BulkParent> parents_;      // operations with parts in flight or waiting
+  uint32_t read_chunk_bytes_ = kDefaultReadChunkBytes;
 
   // Registered regions by lkey (TxItem carries the lkey, sends need the
   // descriptor).
