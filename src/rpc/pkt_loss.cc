@@ -1,7 +1,7 @@
 // Loss recovery: a client slot that made no progress for an RTO rolls back
 // to its last acknowledged packet and resends from there (go-back-N). The
 // RTO is the session's, from measured round trips (rtt.h), doubled for
-// each timeout since the last round-trip sample. The
+// each timeout of the slot in a row (nothing answered in between). The
 // server answers duplicates from its cache, so handlers run at most once.
 // The same scan bounds waiting: a request that hears nothing for
 // request_timeout_ms fails and resets its session, and a server drops a
@@ -34,7 +34,7 @@ bool RpcImpl::scan_client_session(Session& session) {
     }
     // Nothing in flight (waiting for credits or a bulk read) is not loss.
     if (slot.bulk_read != kNoBulkRead || slot.num_tx == slot.num_rx) continue;
-    if (now_ns_ - slot.progress_ns >= session.rtt.rto_ns() << session.rto_backoff) rollback(slot);
+    if (now_ns_ - slot.progress_ns >= session.rtt.rto_ns() << slot.rto_backoff) rollback(slot);
   }
   return true;
 }
@@ -56,11 +56,7 @@ void RpcImpl::rollback(ClientSlot& slot) {
   slot.num_tx = slot.num_rx;
   slot.progress_ns = now_ns_;
   slot.rtt_sample_index = kNoSample;  // Karn: an answer now may be to either copy
-  if (session.rto_backoff < kMaxRtoBackoff &&
-      now_ns_ - session.rto_backoff_ns >= session.rtt.rto_ns() << session.rto_backoff) {
-    session.rto_backoff++;
-    session.rto_backoff_ns = now_ns_;
-  }
+  if (slot.rto_backoff < kMaxRtoBackoff) slot.rto_backoff++;
   session.stats.retransmissions++;
   stats_.retransmissions++;
   client_try_send(slot);

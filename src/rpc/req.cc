@@ -61,6 +61,8 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.num_tx = 0;
   slot.num_rx = 0;
   slot.rtt_sample_index = kNoSample;
+  slot.tx_high = 0;
+  slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
   client_try_send(slot);
@@ -83,9 +85,12 @@ void RpcImpl::client_try_send(ClientSlot& slot) {
       return;
     }
     session.credits--;
-    if (slot.rtt_sample_index == kNoSample) {  // time this packet
-      slot.rtt_sample_index = slot.num_tx;
-      slot.rtt_sample_sent_ns = now_ns_;
+    if (slot.num_tx == slot.tx_high) {  // a first send: time it if nothing is being timed
+      if (slot.rtt_sample_index == kNoSample) {
+        slot.rtt_sample_index = slot.num_tx;
+        slot.rtt_sample_sent_ns = now_ns_;
+      }
+      slot.tx_high++;
     }
     slot.num_tx++;
     slot.progress_ns = now_ns_;

@@ -120,8 +120,8 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     slot.rtt_sample_index = kNoSample;
     session.stats.srtt_us = session.rtt.srtt_ns() / 1000;
     session.stats.rto_us = session.rtt.rto_ns() / 1000;
-    session.rto_backoff = 0;
   }
+  slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
   return true;

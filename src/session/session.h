@@ -30,7 +30,7 @@ static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must b
 static_assert(kSessionCredits >= kSessionReqWindow, "each slot needs at least one credit");
 // ClientSlot::rtt_sample_index when no packet is being timed.
 inline constexpr size_t kNoSample = SIZE_MAX;
-// Timeouts double a session's RTO up to 2^kMaxRtoBackoff times.
+// Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.
 inline constexpr uint8_t kMaxRtoBackoff = 6;
 
 // The first request number of slot 0 of a session. Both ends derive it from
@@ -113,6 +113,10 @@ struct ClientSlot {
   // if none) and when it was sent; a rollback drops it (Karn's rule).
   size_t rtt_sample_index = kNoSample;
   uint64_t rtt_sample_sent_ns = 0;
+  size_t tx_high = 0;  // packets of this request sent at least once (only first sends are timed)
+  // Timeouts in a row with nothing answered in between: each doubles the
+  // slot's next RTO; any accepted answer resets it.
+  uint8_t rto_backoff = 0;
   uint64_t rx_progress_ns = 0;       // start, or last accepted receive: for request_timeout_ms
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
@@ -212,13 +216,6 @@ struct Session {
   size_t rx_budget_bytes = 0;        // server: bytes of requests being received or handled
   SessionStats stats;
   RttEstimator rtt;  // client: its RTO (rtt.h)
-  // Client: timeouts since the last RTT sample; each doubles the RTO (as
-  // TCP backs off), so a peer slower than the RTO is waited for long
-  // enough to give a sample, which resets it.
-  uint8_t rto_backoff = 0;
-  // When it was last doubled: slots that time out together (one loss
-  // event, one slow peer) double it once, as TCP's single timer would.
-  uint64_t rto_backoff_ns = 0;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }
