@@ -5,7 +5,8 @@
 # the instructions executed inside librpc.so by N2 - N1, which cancels
 # start-up and shutdown. System calls, libc and the app's own handler and
 # continuation are excluded. Usage: scripts/cpu_cost.sh [BUILD_DIR] [SIZE]
-# Env: N1 (default 2000), N2 (default 4000), JSON (write {"instructions_per_rpc": ...}).
+# Env: N1 (default 2000), N2 (default 4000), JSON (write {"instructions_per_rpc": ...}),
+# OFFLOAD (on, the default, or off: RpcConfig::udp_offload).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}
@@ -18,7 +19,8 @@ bin="$build_dir/bench/cpu_cost/cpu_cost"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count() {
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" >/dev/null 2>&1
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" \
+    >/dev/null 2>&1
   python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" librpc.so
 }
 i1=$(count "$n1")

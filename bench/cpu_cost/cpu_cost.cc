@@ -43,14 +43,15 @@ void on_done(rpc::Rpc& rpc, const rpc::Completion& c) {
 int main(int argc, char** argv) {
   const long n = argc > 1 ? std::atol(argv[1]) : 10000;
   const size_t size = argc > 2 ? static_cast<size_t>(std::atol(argv[2])) : 32;
+  const bool offload = argc <= 3 || std::strcmp(argv[3], "off") != 0;  // RpcConfig::udp_offload
   if (n <= 0) {
-    std::fprintf(stderr, "usage: cpu_cost [NUM_RPCS] [SIZE_BYTES]\n");
+    std::fprintf(stderr, "usage: cpu_cost [NUM_RPCS] [SIZE_BYTES] [on|off (udp offload)]\n");
     return 2;
   }
   rpc::Nexus nexus({.uri = "127.0.0.1:0", .num_bg_threads = 0});
   if (!nexus.register_handler(kEcho, echo)) return 1;
-  rpc::Rpc server(nexus, {.rpc_id = 1});
-  rpc::Rpc client(nexus, {.rpc_id = 0});
+  rpc::Rpc server(nexus, {.rpc_id = 1, .udp_offload = offload});
+  rpc::Rpc client(nexus, {.rpc_id = 0, .udp_offload = offload});
   auto sn = client.create_session(nexus.uri(), 1);
   if (!sn) {
     std::fprintf(stderr, "cpu_cost: %s\n", sn.error().c_str());

@@ -167,7 +167,15 @@ void UdpTransport::enable_offloads() {
       h.msg_iov = &stage_iovs_[i];
       h.msg_iovlen = 1;
       h.msg_control = stage_cmsgs_[i].bytes;
+      h.msg_namelen = sizeof(sockaddr_in);
+      h.msg_controllen = kCmsgBytes;
     }
+    // Message 0: the next ring buffer (set per read), then the rest of
+    // staging buffer 0 behind room for one packet.
+    first_iovs_[0] = {nullptr, caps_.max_pkt_bytes};
+    first_iovs_[1] = {&stage_mem_[caps_.max_pkt_bytes], kGroBufBytes - caps_.max_pkt_bytes};
+    stage_msgs_[0].msg_hdr.msg_iov = first_iovs_.data();
+    stage_msgs_[0].msg_hdr.msg_iovlen = first_iovs_.size();
   }
   RPC_LOG_DEBUG("udp transport: GSO {}, GRO {}", gso_ ? "on" : "off", gro_ ? "on" : "off");
 }
@@ -400,9 +408,12 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
   return kept;
 }
 
-// With GRO: packets are copied from the staged (possibly merged)
-// datagrams into ring buffers, one per buffer, as the engine takes them;
-// the socket is read only when nothing staged is left.
+// With GRO: the first datagram of each read goes straight into the next
+// ring buffer (a single packet, the common case for small RPCs, costs no
+// copy); the others, and merged ones, are staged and copied packet by
+// packet into ring buffers as the engine takes them, so the ring keeps one
+// packet per buffer, in order. The socket is read only when nothing staged
+// is left.
 size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
   const size_t ring_size = caps_.rx_ring_size;
   const size_t pkt_bytes = caps_.max_pkt_bytes;
@@ -410,7 +421,12 @@ size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
   while (k < out.size() && ring_in_use_ < ring_size) {
     if (staged_count_ == 0) {
       if (k > 0) break;  // hand out what there is; read the socket next time
-      if (receive_into_staging(rx_empty_polls_ >= kIdlePolls) == 0) return 0;
+      const int r = receive_gro(out[0]);
+      if (r < 0) return 0;
+      if (r == 0) {  // out[0] holds a packet in place
+        k = 1;
+        continue;
+      }
     }
     Staged& st = staged_[staged_head_];
     const uint32_t len = std::min(st.seg, st.len - st.consumed);
@@ -430,29 +446,75 @@ size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
   return k;
 }
 
-// Reads up to kGroBatch datagrams (one when idle: a cheaper call) into the
-// staging buffers. A merged one says its packet size in a UDP_GRO control
-// message. Returns how many were staged.
-size_t UdpTransport::receive_into_staging(bool idle) {
-  const size_t want = idle ? 1 : kGroBatch;
-  for (size_t i = 0; i < want; i++) {
+// The packet size a received message says it was merged from (UDP_GRO),
+// or its whole length when it was not merged.
+uint32_t UdpTransport::segment_size_of(msghdr& h, uint32_t len) {
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+      int gso_size = 0;
+      std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
+      if (gso_size > 0 && static_cast<uint32_t>(gso_size) < len) {
+        gro_merged_++;
+        return static_cast<uint32_t>(gso_size);
+      }
+    }
+  }
+  return len;
+}
+
+// Adds one received datagram to the staged ones. False when it is all
+// dropped: a peer's packets longer than ours are, as they would be unmerged;
+// a shorter last packet merged behind them is kept.
+bool UdpTransport::stage(uint32_t buf_index, uint32_t len, uint32_t seg, uint64_t src_key) {
+  uint32_t skip = 0;
+  if (seg > caps_.max_pkt_bytes) {
+    const uint32_t tail = len % seg;
+    rx_drops.oversized += len / seg;
+    if (tail == 0 || tail > caps_.max_pkt_bytes) {
+      if (tail != 0) rx_drops.oversized++;
+      return false;
+    }
+    skip = len - tail;
+  }
+  staged_[staged_head_ + staged_count_] = Staged{len, seg, skip, src_key, buf_index};
+  staged_count_++;
+  return true;
+}
+
+// Reads datagrams: one after an empty poll (a request/response wait, and a
+// cheaper call), else up to kGroBatch (a stream). Message 0's first
+// max_pkt_bytes land in the next ring buffer and the rest behind room for
+// them in staging buffer 0; the others land in their staging buffers.
+// Returns -1 when nothing usable arrived, 0 when `first` holds message 0
+// as one packet in place (more may be staged), 1 when all is staged.
+int UdpTransport::receive_gro(RxPacket& first) {
+  const size_t pkt_bytes = caps_.max_pkt_bytes;
+  uint8_t* slot = &ring_mem_[ring_head_ * pkt_bytes];
+  first_iovs_[0].iov_base = slot;
+  // The kernel rewrote the name and control lengths of the messages it
+  // filled last time; the others are as set up.
+  for (size_t i = 0; i < stage_dirty_; i++) {
     stage_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     stage_msgs_[i].msg_hdr.msg_controllen = kCmsgBytes;
   }
+  stage_dirty_ = 0;
   int r;
-  if (idle) {
+  if (rx_empty_polls_ > 0) {
     const ssize_t len = ::recvmsg(fd_, &stage_msgs_[0].msg_hdr, MSG_DONTWAIT);
     r = len < 0 ? -1 : 1;
     if (len >= 0) stage_msgs_[0].msg_len = static_cast<unsigned>(len);
   } else {
-    r = ::recvmmsg(fd_, stage_msgs_.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    r = ::recvmmsg(fd_, stage_msgs_.data(), kGroBatch, MSG_DONTWAIT, nullptr);
   }
   if (r <= 0) {
-    if (!idle) rx_empty_polls_++;
-    return 0;  // EAGAIN: nothing pending; other errors: treat as loss
+    if (rx_empty_polls_ < kIdlePolls) rx_empty_polls_++;
+    return -1;  // EAGAIN: nothing pending; other errors: treat as loss
   }
   rx_empty_polls_ = 0;
-  size_t count = 0;
+  stage_dirty_ = static_cast<size_t>(r);
+  staged_head_ = 0;
+  staged_count_ = 0;
+  int result = 1;
   for (size_t i = 0; i < static_cast<size_t>(r); i++) {
     msghdr& h = stage_msgs_[i].msg_hdr;
     const uint32_t len = stage_msgs_[i].msg_len;
@@ -460,34 +522,23 @@ size_t UdpTransport::receive_into_staging(bool idle) {
       rx_drops.oversized++;
       continue;
     }
-    uint32_t seg = len;  // not merged: one packet
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
-      if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-        int gso_size = 0;
-        std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
-        if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
-        gro_merged_++;
-      }
-    }
-    uint32_t skip = 0;
-    if (seg > caps_.max_pkt_bytes) {
-      // A peer's packets longer than ours are dropped, as they would be
-      // unmerged; a shorter last packet merged behind them is kept.
-      const uint32_t tail = len % seg;
-      rx_drops.oversized += len / seg;
-      if (tail == 0 || tail > caps_.max_pkt_bytes) {
-        if (tail != 0) rx_drops.oversized++;
+    const sockaddr_in& src = stage_src_[i];
+    const uint64_t key = make_src_key(src.sin_addr.s_addr, src.sin_port);
+    const uint32_t seg = segment_size_of(h, len);
+    if (i == 0) {
+      if (seg == len && len <= pkt_bytes) {  // one packet, already where it belongs
+        first = {slot, len, key};
+        ring_head_ = (ring_head_ + 1) % caps_.rx_ring_size;
+        ring_in_use_++;
+        result = 0;
         continue;
       }
-      skip = len - tail;
+      std::memcpy(stage_mem_.data(), slot, pkt_bytes);  // now contiguous in staging buffer 0
     }
-    const sockaddr_in& src = stage_src_[i];
-    staged_[count++] = Staged{len, seg, skip, make_src_key(src.sin_addr.s_addr, src.sin_port),
-                              static_cast<uint32_t>(i)};
+    (void)stage(static_cast<uint32_t>(i), len, seg, key);
   }
-  staged_head_ = 0;
-  staged_count_ = count;
-  return count;
+  if (result == 1 && staged_count_ == 0) return -1;
+  return result;
 }
 
 void UdpTransport::post_recvs(size_t n) {

@@ -107,7 +107,9 @@ class UdpTransport final : public Transport {
   // datagram each, then copied packet by packet into ring buffers as the
   // engine takes them: the ring keeps one packet per buffer, in order.
   size_t rx_burst_gro(std::span<RxPacket> out);
-  size_t receive_into_staging(bool idle);
+  int receive_gro(RxPacket& first);
+  bool stage(uint32_t buf_index, uint32_t len, uint32_t seg, uint64_t src_key);
+  uint32_t segment_size_of(msghdr& h, uint32_t len);
   struct Staged {
     uint32_t len = 0;       // bytes received
     uint32_t seg = 0;       // packet size (the last one may be shorter)
@@ -122,11 +124,14 @@ class UdpTransport final : public Transport {
   std::vector<uint8_t> stage_mem_;
   std::array<mmsghdr, kGroBatch> stage_msgs_{};
   std::array<iovec, kGroBatch> stage_iovs_{};
+  std::array<iovec, 2> first_iovs_{};  // message 0's: a ring buffer, then staging buffer 0
   std::array<sockaddr_in, kGroBatch> stage_src_{};
   std::array<CmsgBuf, kGroBatch> stage_cmsgs_{};
   std::array<Staged, kGroBatch> staged_{};
   size_t staged_head_ = 0;  // the next staged datagram to split
   size_t staged_count_ = 0;
+  size_t stage_dirty_ = 0;
+  // messages the last recvmmsg filled (their lengths to reset)
   // Empty polls in a row; from kIdlePolls on, rx_burst polls with
   // recvfrom. A stream's gaps are shorter; a request/response wait longer.
   static constexpr uint32_t kIdlePolls = 4;
