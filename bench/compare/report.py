@@ -642,7 +642,8 @@ def ratio_target(what, mine, theirs, key, fmt, limit, at_most, steps, step_ids):
         numbers += f" (medians of {na} and {nb} repetitions)"
     paired = paired_ratios(mine, theirs, key)
     if len(paired) > 1:
-        numbers += "; per repetition " + ", ".join(f"{x:.2f}×" for x in paired)
+        numbers += "; per repetition " + ", ".join(f"{x:.2f}×" for x in paired) + \
+            f" (median {statistics.median(paired):.2f}×)"
     numbers += f"; target {'≤' if at_most else '≥'} {limit}×"
     return [what, target_ratio(r, limit, at_most), verdict(ok), numbers]
 

@@ -64,9 +64,9 @@ steps=$out/steps.tsv
 printf 'id\trole\tworkload\tlabel\tstatus\trc\telapsed_s\toutput\treason\tbusy_pct\trep\tload1\n' > "$steps"
 
 # ---------------------------------------------------------------------------
-# Sizes of the run. The full run takes ~10 minutes on a quiet 2-core machine;
+# Sizes of the run. The full run takes ~6 minutes on a quiet 2-core machine;
 # on a busy one it also waits up to 60 s before starting and up to 10 s before
-# each step for other work to finish (~25 minutes at most).
+# each step for other work to finish (~20 minutes at most).
 if [ "$quick" -eq 1 ]; then
   : "${reps:=2}"
   lat_iters=20000; lat_warmup=1000      # 32 B latency points
