@@ -210,6 +210,7 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
   if (opt.json) {
     bench::Report r{.transport = opt.ep.transport, .workload = "goodput", .setup = setup};
     r.extra.add_string("mode", bench::mode_name(opt.ep.mode)).add_uint("mtu_bytes", opt.ep.mtu);
+    r.extra.append(bench::transport_json(opt.ep));
     r.results = std::move(results);
     bench::write_report(*opt.json, r);
   }

@@ -310,7 +310,8 @@ void write_json(const Options& opt, const std::string& setup,
   bench::Report report{.transport = opt.ep.transport, .workload = "latency", .setup = setup};
   report.extra.add_string("mode", bench::mode_name(opt.ep.mode))
       .add_uint("mtu_bytes", opt.ep.mtu)
-      .add_uint("warmup", opt.warmup);
+      .add_uint("warmup", opt.warmup)
+      .append(bench::transport_json(opt.ep));
   report.results = std::move(results);
   bench::write_report(*opt.json, report);
 }

@@ -230,7 +230,9 @@ void print_totals(const Options& opt, const bench::Window& w, const Totals& t,
 void write_json(const Options& opt, const std::string& setup, const bench::Window& w,
                 const Totals& t) {
   bench::Report r{.transport = opt.ep.transport, .workload = "rate", .setup = setup};
-  r.extra.add_string("mode", bench::mode_name(opt.ep.mode)).add_uint("mtu_bytes", opt.ep.mtu);
+  r.extra.add_string("mode", bench::mode_name(opt.ep.mode))
+      .add_uint("mtu_bytes", opt.ep.mtu)
+      .append(bench::transport_json(opt.ep));
   bench::JsonObject o;
   o.add_uint("size", opt.size)
       .add_uint("window", opt.window)

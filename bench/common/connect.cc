@@ -40,6 +40,13 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   return config;
 }
 
+JsonObject transport_json(const EndpointOptions& ep) {
+  JsonObject o;
+  if (ep.transport == "udp") o.add_raw("udp_offload", ep.udp_offload ? "true" : "false");
+  if (ep.transport == "fabric") o.add_string("fabric_provider", ep.fabric_provider);
+  return o;
+}
+
 void print_transport_choice(const rpc::Rpc& rpc) {
   static std::atomic<bool> printed{false};
   const std::string provider = rpc.transport_provider();

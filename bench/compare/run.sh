@@ -2,18 +2,27 @@
 # Runs every benchmark of the comparison back to back on loopback and writes
 # docs/benchmarks.md (+ docs/benchmarks/*.png) with bench/compare/report.py.
 #
-#   bash bench/compare/run.sh [--quick] [--no-install] [--no-build]
+#   bash bench/compare/run.sh [--quick] [--no-install] [--no-build] [--reps N]
 #
 # --quick       smoke run: every duration and iteration count ~10x shorter
 # --no-install  skip the apt-get steps (scripts/install-deps.sh and friends)
 # --no-build    use the binaries in build/ as they are
+# --reps N      repetitions of the interleaved comparisons (3; --quick: 2)
+#
+# The 32 B latency and the goodput comparisons run interleaved, A B C A B C
+# ..., N times (steps <id>_r1, <id>_r2, ...), so that a slow minute of a
+# shared machine hits every system alike; the report gives medians over the
+# repetitions and each repetition's numbers with the machine's load. Each
+# step records the 1-minute load average and the share of the CPUs other
+# work kept busy just before it. The rate section, the latency sweep and the
+# CPU cost run once.
 #
 # Results go to build/compare-results/<timestamp>/ (not committed): one JSON
 # file per step (bench/compare/SCHEMA.md), its log, commands.txt (every
-# command exactly as run), steps.tsv (status of every step, read by the
-# report) and machine.txt. A step that fails or times out is recorded and the
-# run goes on; the report shows it as "failed: reason". Regenerate the report
-# from a results directory with
+# command exactly as run), steps.tsv (status, load and repetition of every
+# step, read by the report) and machine.txt. A step that fails or times out
+# is recorded and the run goes on; the report shows it as "failed: reason".
+# Regenerate the report from a results directory with
 #   /usr/bin/python3 bench/compare/report.py build/compare-results/<timestamp>
 set -uo pipefail
 
@@ -23,15 +32,23 @@ cd "$root" || exit 1
 quick=0
 do_install=1
 do_build=1
-for arg in "$@"; do
-  case "$arg" in
+reps=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) quick=1 ;;
     --no-install) do_install=0 ;;
     --no-build) do_build=0 ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+    --reps) reps=${2:-}; shift ;;
+    --reps=*) reps=${1#--reps=} ;;
+    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ -n "$reps" ] && ! [[ "$reps" =~ ^[1-9][0-9]?$ ]]; then
+  echo "run.sh: --reps needs a number from 1 to 99, got '$reps'" >&2
+  exit 2
+fi
 
 run_start=$(date +%s)
 build=build
@@ -44,13 +61,14 @@ ln -sfn "$(basename "$out")" "$build/compare-results/latest"
 commands=$out/commands.txt
 steps=$out/steps.tsv
 : > "$commands"
-printf 'id\trole\tworkload\tlabel\tstatus\trc\telapsed_s\toutput\treason\tbusy_pct\n' > "$steps"
+printf 'id\trole\tworkload\tlabel\tstatus\trc\telapsed_s\toutput\treason\tbusy_pct\trep\tload1\n' > "$steps"
 
 # ---------------------------------------------------------------------------
-# Sizes of the run. The full run takes ~3 minutes on a quiet 2-core machine;
+# Sizes of the run. The full run takes ~6 minutes on a quiet 2-core machine;
 # on a busy one it also waits up to 60 s before starting and up to 10 s before
-# each step for other work to finish (~10 minutes at most).
+# each step for other work to finish (~20 minutes at most).
 if [ "$quick" -eq 1 ]; then
+  : "${reps:=2}"
   lat_iters=20000; lat_warmup=1000      # 32 B latency points
   sweep_iters=2000; sweep_warmup=200    # latency vs size, per size
   sweep_cap_s=1.5                       # librpc: cap on each size's warmup and run
@@ -60,10 +78,11 @@ if [ "$quick" -eq 1 ]; then
   large_s=0.5                           # per message size
   cpu_n1=200; cpu_n2=400
   quiet_wait_s=10; step_wait_s=0       # waits for other work to finish
-  # bench/peers/fi_pingpong.sh and ucx_perf.sh take their counts from the env.
+  # bench/peers/*.sh take their counts from the env.
   peer_env=(ITERS=10000 LAT_ITERS=10000 LAT_WARMUP=1000 RATE_ITERS_TCP=100000
-            RATE_ITERS_SHM=1000000 BW_ITERS=50 RUN_TIMEOUT_S=60)
+            RATE_ITERS_SHM=1000000 BW_ITERS=50 RUN_TIMEOUT_S=60 DURATION_S=1 OMIT_S=1)
 else
+  : "${reps:=3}"
   lat_iters=200000; lat_warmup=10000
   sweep_iters=20000; sweep_warmup=2000
   sweep_cap_s=10
@@ -75,6 +94,7 @@ else
   quiet_wait_s=60; step_wait_s=10
   peer_env=(RUN_TIMEOUT_S=120)  # the scripts' own defaults otherwise
 fi
+goodput_size=8388608  # the size of the goodput targets (8 MiB)
 windows=(1 8 32 128)
 sweep_sizes=(32 64 128 256 512 1024 2048 4096 8192 16384 32768 65536)
 large_sizes=4096,8192,16384,32768,65536,131072,262144,524288,1048576,2097152,4194304,8388608
@@ -120,10 +140,13 @@ header() { printf '\n===== %s =====\n' "$*"; }
 # tsv field: no tabs or newlines.
 clean() { printf '%s' "$*" | tr '\t\n\r' '   ' | cut -c1-300; }
 
-# record ID ROLE WORKLOAD LABEL STATUS RC ELAPSED OUTPUT REASON [BUSY_PCT]
+# The repetition a step id names: "a1_r2" -> 2; nothing for a step run once.
+rep_of() { [[ "$1" =~ _r([0-9]+)$ ]] && printf '%s' "${BASH_REMATCH[1]}"; }
+
+# record ID ROLE WORKLOAD LABEL STATUS RC ELAPSED OUTPUT REASON [BUSY_PCT [LOAD1]]
 record() {
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(clean "$4")" "$5" "$6" "$7" \
-    "$8" "$(clean "$9")" "${10:-}" >> "$steps"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(clean "$4")" "$5" "$6" \
+    "$7" "$8" "$(clean "$9")" "${10:-}" "$(rep_of "$1")" "${11:-}" >> "$steps"
 }
 
 # The reason a step failed, from its log: the last line that says so, else
@@ -156,8 +179,10 @@ step() {
       return 0
     fi
   done
-  local log=$out/$id.log t0 t1 rc elapsed busy
+  local log=$out/$id.log t0 t1 rc elapsed busy load1
   busy=$(wait_for_quiet "$step_wait_s")
+  load1=$(cut -d' ' -f1 /proc/loadavg)
+  echo "[$id] load average (1 min) $load1, CPUs ${busy}% busy with other work"
   t0=$(date +%s.%N)
   timeout -k 10 "$limit" "$@" > >(tee "$log") 2>&1
   rc=$?
@@ -176,7 +201,7 @@ step() {
   fi
   [ "$status" = ok ] || echo "[$id] FAILED: $reason"
   echo "[$id] ${elapsed} s"
-  record "$id" "$role" "$workload" "$label" "$status" "$rc" "$elapsed" "$output" "$reason" "$busy"
+  record "$id" "$role" "$workload" "$label" "$status" "$rc" "$elapsed" "$output" "$reason" "$busy" "$load1"
 }
 
 # ---------------------------------------------------------------------------
@@ -192,6 +217,11 @@ if [ "$do_install" -eq 1 ]; then
   /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || extra+=(python3-matplotlib)
   command -v valgrind >/dev/null || extra+=(valgrind)
   command -v fi_pingpong >/dev/null || extra+=(libfabric-bin)
+  # Peers that install-peer-deps.sh installs too, should it be missing.
+  command -v ucx_perftest >/dev/null || extra+=(ucx-utils)
+  command -v sockperf >/dev/null || extra+=(sockperf)
+  command -v iperf3 >/dev/null || extra+=(iperf3)
+  command -v qperf >/dev/null || extra+=(qperf)
   if [ ${#extra[@]} -gt 0 ]; then
     echo "run.sh: installing ${extra[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
@@ -239,26 +269,35 @@ busy=$(wait_for_quiet "$quiet_wait_s")
   echo "buildtype=$(meson introspect --buildoptions "$build" 2>/dev/null | /usr/bin/python3 -c \
     'import json,sys; o={x["name"]:x["value"] for x in json.load(sys.stdin)}; print(o["buildtype"], "-O"+str(o["optimization"]))' 2>/dev/null)"
   echo "quick=$quick"
+  echo "reps=$reps"
   echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 
 # ---------------------------------------------------------------------------
-# a. Latency, 32 B, one request outstanding.
-step a1 lat32 latency 120 "$out/a1_raw_udp.json" "latency 32 B: raw UDP ping-pong" -- \
-  "$bench/baselines/udp_pingpong" --size 32 --iters "$lat_iters" --warmup "$lat_warmup" \
-  --json "$out/a1_raw_udp.json"
-step a2 lat32 latency 120 "$out/a2_librpc_udp.json" "latency 32 B: librpc over udp" -- \
-  "$bench/latency" --transport udp --sizes 32 --iters "$lat_iters" --warmup "$lat_warmup" \
-  --json "$out/a2_librpc_udp.json"
-step a3 lat32 latency 180 "$out/a3_grpc_sync.json" "latency 32 B: gRPC sync unary" -- \
-  "$bench/peers/grpc_echo" --api sync --size 32 --iters "$grpc_iters" --warmup "$grpc_warmup" \
-  --json "$out/a3_grpc_sync.json"
-mkdir -p "$out/a4_fi_pingpong" "$out/a5_ucx"
-step a4 lat32 latency 300 "$out/a4_fi_pingpong" "latency 32 B: libfabric fi_pingpong (udp, shm, tcp;ofi_rxm)" -- \
-  env "${peer_env[@]}" bash bench/peers/fi_pingpong.sh "$out/a4_fi_pingpong"
-step a5 lat32 latency 300 "$out/a5_ucx" "latency, rate and 8 MiB goodput: UCX ucx_perftest (tcp, shm)" -- \
-  env "${peer_env[@]}" bash bench/peers/ucx_perf.sh "$out/a5_ucx"
+# a. Latency, 32 B, one request outstanding, interleaved: every system once
+# per repetition, the repetitions one after another.
+for r in $(seq 1 "$reps"); do
+  step "a1_r$r" lat32 latency 120 "$out/a1_raw_udp_r$r.json" "latency 32 B: raw UDP ping-pong (rep $r)" -- \
+    "$bench/baselines/udp_pingpong" --size 32 --iters "$lat_iters" --warmup "$lat_warmup" \
+    --json "$out/a1_raw_udp_r$r.json"
+  step "a2_r$r" lat32 latency 120 "$out/a2_librpc_udp_r$r.json" "latency 32 B: librpc over udp (rep $r)" -- \
+    "$bench/latency" --transport udp --sizes 32 --iters "$lat_iters" --warmup "$lat_warmup" \
+    --json "$out/a2_librpc_udp_r$r.json"
+  mkdir -p "$out/a8_sockperf_r$r" "$out/a4_fi_pingpong_r$r" "$out/a5_ucx_r$r"
+  step "a8_r$r" lat32 latency 120 "$out/a8_sockperf_r$r" "latency 32 B: sockperf ping-pong, UDP, busy-poll (rep $r)" -- \
+    env "${peer_env[@]}" bash bench/peers/sockperf.sh "$out/a8_sockperf_r$r"
+  step "a9_r$r" lat32 latency 120 "$out/a9_librpc_fabric_shm_r$r.json" "latency 32 B: librpc over fabric shm (rep $r)" -- \
+    "$bench/latency" --transport fabric --fabric-provider shm --sizes 32 --iters "$lat_iters" \
+    --warmup "$lat_warmup" --json "$out/a9_librpc_fabric_shm_r$r.json"
+  step "a4_r$r" lat32 latency 300 "$out/a4_fi_pingpong_r$r" "latency 32 B: libfabric fi_pingpong (udp, shm, tcp;ofi_rxm) (rep $r)" -- \
+    env "${peer_env[@]}" bash bench/peers/fi_pingpong.sh "$out/a4_fi_pingpong_r$r"
+  step "a5_r$r" lat32 latency 300 "$out/a5_ucx_r$r" "latency 32 B: UCX ucx_perftest (tcp, sm) (rep $r)" -- \
+    env "${peer_env[@]}" WORKLOADS=latency bash bench/peers/ucx_perf.sh "$out/a5_ucx_r$r"
+  step "a3_r$r" lat32 latency 180 "$out/a3_grpc_sync_r$r.json" "latency 32 B: gRPC sync unary (rep $r)" -- \
+    "$bench/peers/grpc_echo" --api sync --size 32 --iters "$grpc_iters" --warmup "$grpc_warmup" \
+    --json "$out/a3_grpc_sync_r$r.json"
+done
 
 # Latency vs size: librpc's sweep and raw UDP at the same sizes (a UDP
 # datagram carries at most 65507 bytes, so raw UDP's last point is 65507 B).
@@ -289,16 +328,43 @@ grpc_limit=$(awk -v d="$rate_s" -v n="${#windows[@]}" 'BEGIN { printf "%d", (d +
 step b3 rate rate "$grpc_limit" "$out/b3_grpc_async.json" "rate 32 B: gRPC async unary, outstanding $(IFS=,; echo "${windows[*]}")" -- \
   "$bench/peers/grpc_echo" --api async --size 32 --outstanding "$(IFS=,; echo "${windows[*]}")" \
   --duration "$rate_s" --warmup-s "$rate_warmup_s" --json "$out/b3_grpc_async.json"
+mkdir -p "$out/b4_ucx"
+step b4 rate rate 300 "$out/b4_ucx" "rate 32 B: UCX ucx_perftest one-way message rate (tcp, sm)" -- \
+  env "${peer_env[@]}" WORKLOADS=rate bash bench/peers/ucx_perf.sh "$out/b4_ucx"
 
 # ---------------------------------------------------------------------------
-# c. Goodput.
-step c1 goodput goodput "$rate_limit" "$out/c1_raw_udp_stream.json" "goodput: raw UDP stream, 1472 B datagrams" -- \
-  "$bench/baselines/udp_stream" --datagram-size 1472 --duration "$stream_s" \
-  --warmup-seconds "$rate_warmup_s" --json "$out/c1_raw_udp_stream.json"
+# c. Goodput, interleaved like the latency section. librpc over udp sweeps
+# the sizes (the plot); the other librpc runs and the peers measure the
+# 8 MiB of the targets (the kernel TCP tools: a byte stream, no messages).
 large_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 12 * 3 + 60 }')
-step c2 goodput goodput "$large_limit" "$out/c2_librpc_large.json" "goodput: librpc large_rpc_tput over udp, 4 KiB..8 MiB" -- \
-  "$bench/large_rpc_tput" --transport udp --sizes "$large_sizes" --duration "$large_s" \
-  --json "$out/c2_librpc_large.json"
+one_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 3 + 60 }')
+for r in $(seq 1 "$reps"); do
+  step "c1_r$r" goodput goodput "$rate_limit" "$out/c1_raw_udp_stream_r$r.json" "goodput: raw UDP stream, 1472 B datagrams (rep $r)" -- \
+    "$bench/baselines/udp_stream" --datagram-size 1472 --duration "$stream_s" \
+    --warmup-seconds "$rate_warmup_s" --json "$out/c1_raw_udp_stream_r$r.json"
+  step "c2_r$r" goodput goodput "$large_limit" "$out/c2_librpc_large_r$r.json" "goodput: librpc large_rpc_tput over udp (GSO/GRO, the default), 4 KiB..8 MiB (rep $r)" -- \
+    "$bench/large_rpc_tput" --transport udp --sizes "$large_sizes" --duration "$large_s" \
+    --json "$out/c2_librpc_large_r$r.json"
+  step "c3_r$r" goodput goodput "$rate_limit" "$out/c3_raw_udp_stream_offload_r$r.json" "goodput: raw UDP stream with GSO/GRO (--offload on), 1472 B datagrams (rep $r)" -- \
+    "$bench/baselines/udp_stream" --datagram-size 1472 --offload on --duration "$stream_s" \
+    --warmup-seconds "$rate_warmup_s" --json "$out/c3_raw_udp_stream_offload_r$r.json"
+  step "c4_r$r" goodput goodput "$one_limit" "$out/c4_librpc_udp_no_offload_r$r.json" "goodput: librpc over udp, --udp-offload off, 8 MiB (rep $r)" -- \
+    "$bench/large_rpc_tput" --transport udp --udp-offload off --sizes "$goodput_size" \
+    --duration "$large_s" --json "$out/c4_librpc_udp_no_offload_r$r.json"
+  step "c5_r$r" goodput goodput "$one_limit" "$out/c5_librpc_fabric_shm_r$r.json" "goodput: librpc over fabric shm, 8 MiB (rep $r)" -- \
+    "$bench/large_rpc_tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
+    --duration "$large_s" --json "$out/c5_librpc_fabric_shm_r$r.json"
+  mkdir -p "$out/c6_ucx_r$r" "$out/c8_iperf3_r$r" "$out/c9_qperf_r$r"
+  step "c6_r$r" goodput goodput 300 "$out/c6_ucx_r$r" "goodput: UCX ucx_perftest ucp_am_bw 8 MiB (tcp, sm) (rep $r)" -- \
+    env "${peer_env[@]}" WORKLOADS=goodput bash bench/peers/ucx_perf.sh "$out/c6_ucx_r$r"
+  step "c7_r$r" goodput goodput "$one_limit" "$out/c7_librpc_fabric_tcp_r$r.json" "goodput: librpc over fabric tcp;ofi_rxm, 8 MiB (rep $r)" -- \
+    "$bench/large_rpc_tput" --transport fabric --fabric-provider 'tcp;ofi_rxm' --sizes "$goodput_size" \
+    --duration "$large_s" --json "$out/c7_librpc_fabric_tcp_r$r.json"
+  step "c8_r$r" goodput goodput 120 "$out/c8_iperf3_r$r" "goodput: kernel TCP, iperf3 (rep $r)" -- \
+    env "${peer_env[@]}" bash bench/peers/iperf3.sh "$out/c8_iperf3_r$r"
+  step "c9_r$r" goodput goodput 120 "$out/c9_qperf_r$r" "goodput: kernel TCP, qperf tcp_bw (rep $r)" -- \
+    env "${peer_env[@]}" bash bench/peers/qperf.sh "$out/c9_qperf_r$r"
+done
 
 # ---------------------------------------------------------------------------
 # d. CPU cost.

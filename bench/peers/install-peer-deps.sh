@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages the peer benchmarks in bench/peers/ need on
 # Debian 12: gRPC C++ and protobuf (grpc_echo), UCX (ucx_perf.sh) and the
-# libfabric tools (fi_pingpong.sh). Idempotent: installs only what is
+# libfabric tools (fi_pingpong.sh), and the kernel-path tools the comparison
+# runs as they come: sockperf (sockperf.sh), iperf3 (iperf3.sh) and qperf
+# (qperf.sh). Idempotent: installs only what is
 # missing. Run as root, or as a user with sudo. The librpc build itself needs
 # scripts/install-deps.sh instead.
 set -euo pipefail
@@ -11,6 +13,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # grpc_echo
   ucx-utils libucx-dev                                                    # ucx_perftest, ucx_info
   libfabric-bin                                                           # fi_pingpong, fi_info
+  sockperf iperf3 qperf                                                   # UDP ping-pong, TCP streams
   iproute2 util-linux coreutils                                           # ss, taskset, timeout
 )
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # UCX peer: runs the packaged ucx_perftest, server in the background and
 # client to 127.0.0.1, over TCP (UCX_TLS=tcp on device lo) and shared memory
-# (UCX_TLS=posix,sysv,cma), and writes one bench/compare/SCHEMA.md JSON file
-# per transport and workload into OUTDIR:
+# (UCX_TLS=sm: every shared-memory transport UCX has here, which on Debian 12
+# is posix/sysv for small messages and cma for large ones), and writes one
+# bench/compare/SCHEMA.md JSON file per transport and workload into OUTDIR:
 #
 #   ucx_<tcp|shm>_latency.json   ucp_am_lat, 32 B ping-pong
 #   ucx_<tcp|shm>_rate.json      ucp_am_bw,  32 B one-way stream (message rate)
@@ -29,6 +30,9 @@
 #        RATE_ITERS_TCP  32 B messages over tcp (1000000), RATE_ITERS_SHM (10000000)
 #        BW_ITERS        8 MiB messages per transport (500)
 #        RUN_TIMEOUT_S   limit for each ucx_perftest process (120)
+#        TRANSPORTS      which of tcp,shm to measure (both)
+#        WORKLOADS       which of latency,rate,goodput to measure (all three);
+#                        bench/compare/run.sh interleaves them with librpc's runs
 #        NO_PIN=1        do not pin (default: server on CPU 1, client on CPU 0)
 set -euo pipefail
 
@@ -53,6 +57,12 @@ run_timeout=${RUN_TIMEOUT_S:-120}
 for v in port lat_iters lat_warmup rate_iters_tcp rate_iters_shm bw_iters run_timeout; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
 done
+transports=${TRANSPORTS:-tcp,shm}
+workloads=${WORKLOADS:-latency,rate,goodput}
+[[ $transports =~ ^(tcp|shm)(,(tcp|shm))*$ ]] || die "TRANSPORTS must list tcp and/or shm, got '$transports'"
+[[ $workloads =~ ^(latency|rate|goodput)(,(latency|rate|goodput))*$ ]] ||
+  die "WORKLOADS must list latency, rate and/or goodput, got '$workloads'"
+wanted() { [[ ,$1, == *,$2,* ]]; }
 
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found (install ucx-utils: bench/peers/install-peer-deps.sh)"
 command -v ss >/dev/null || die "ss not found (install iproute2)"
@@ -142,10 +152,19 @@ write_json() {  # FILE TRANSPORT WORKLOAD SETUP RESULT
     "$2" "$3" "$(json_str "$4")" "$5" >"$1" || die "cannot write $1"
 }
 
+files=0
 measure_transport() {  # NAME TLS RATE_ITERS
   local name=$1 tls=$2 rate_iters=$3 common
   common="ucx_perftest from UCX $ucx_version, $api; UCX_TLS=$tls UCX_NET_DEVICES=lo; $placement"
+  wanted "$transports" "$name" || return 0
+  if wanted "$workloads" latency; then measure_latency; fi
+  if wanted "$workloads" rate; then measure_rate; fi
+  if wanted "$workloads" goodput; then measure_goodput; fi
+}
 
+# The three measurements of one transport; they read measure_transport's
+# name, tls, rate_iters and common (bash's dynamic scoping).
+measure_latency() {
   run_perftest "${name}_latency" "$tls" "$lat_test" 32 "$lat_iters" "$lat_warmup"
   local typical avg iters
   typical=$(field 3) avg=$(field 5) iters=$(field 2)
@@ -155,9 +174,12 @@ measure_transport() {  # NAME TLS RATE_ITERS
     "$common; lanes: $lanes; $lat_test 32 B, $lat_warmup warmup iterations; p50_us = 2 x ucx_perftest's typical one-way latency ($typical us = 50th percentile of its ring buffer of recent iterations, halved); its one-way average over the whole run was $avg us; other percentiles are not reported by ucx_perftest" \
     "{\"size\":32,\"iters\":$iters,\"p50_us\":$p50}"
   echo "$prog: ucx $name latency 32 B: p50 (2 x typical) $p50 us round trip; one-way typical $typical us, average $avg us"
+  files=$((files + 1))
+}
 
+measure_rate() {
   run_perftest "${name}_rate" "$tls" "$bw_test" 32 "$rate_iters" 100000
-  local rps
+  local rps iters
   iters=$(field 2) rps=$(field 9)
   local result
   result=$(awk -v n="$iters" -v r="$rps" 'BEGIN {
@@ -166,10 +188,13 @@ measure_transport() {  # NAME TLS RATE_ITERS
     "$common; lanes: $lanes; $bw_test 32 B, 100000 warmup messages, ucx_perftest's default outstanding-send limit (-O); a one-way stream of messages with no responses, so rps is a message rate, not an RPC rate" \
     "$result"
   echo "$prog: ucx $name rate 32 B: $rps msg/s"
+  files=$((files + 1))
+}
 
+measure_goodput() {
   local big=$((8 << 20))
   run_perftest "${name}_goodput" "$tls" "$bw_test" "$big" "$bw_iters" 20
-  local mibps
+  local mibps iters result
   iters=$(field 2) mibps=$(field 7)
   result=$(awk -v n="$iters" -v m="$mibps" -v s="$big" 'BEGIN {
     b = m * 1048576; printf "{\"size\":%d,\"duration_s\":%.3f,\"messages\":%d,\"gbps\":%.3f}", s, n * s / b, n, b * 8 / 1e9 }')
@@ -177,8 +202,9 @@ measure_transport() {  # NAME TLS RATE_ITERS
     "$common; lanes: $lanes; $bw_test 8 MiB messages, 20 warmup messages, one-way; gbps from ucx_perftest's overall MB/s, which are MiB/s" \
     "$result"
   echo "$prog: ucx $name goodput 8 MiB: $mibps MiB/s = $(awk -v m="$mibps" 'BEGIN { printf "%.2f", m * 1048576 * 8 / 1e9 }') Gbit/s"
+  files=$((files + 1))
 }
 
 measure_transport tcp tcp "$rate_iters_tcp"
-measure_transport shm posix,sysv,cma "$rate_iters_shm"
-echo "$prog: wrote 6 files to $outdir"
+measure_transport shm sm "$rate_iters_shm"
+echo "$prog: wrote $files files to $outdir"
