@@ -21,23 +21,15 @@
 set -euo pipefail
 
 prog=iperf3.sh
-die() {
-  echo "$prog: error: $*" >&2
-  exit 1
-}
-if [[ $# -ne 1 || $1 == -* ]]; then
-  echo "usage: bench/peers/iperf3.sh OUTDIR" >&2
-  exit 2
-fi
-outdir=$1
+. "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+peer_outdir "$@"
+
 
 port=${IPERF3_PORT:-47630}
 duration=${DURATION_S:-5}
 omit=${OMIT_S:-1}
 run_timeout=${RUN_TIMEOUT_S:-60}
-for v in port duration omit run_timeout; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
-done
+require_uints port duration omit run_timeout
 ((duration > 0)) || die "DURATION_S must be positive"
 
 command -v iperf3 >/dev/null || die "iperf3 not found (install iperf3: bench/peers/install-peer-deps.sh)"
@@ -52,46 +44,17 @@ if [[ ${NO_PIN:-0} != 1 ]] && taskset -c 0,1 true 2>/dev/null; then
   placement="two processes over 127.0.0.1, server pinned to CPU 1 and client to CPU 0 (iperf3 -A)"
 fi
 
-mkdir -p "$outdir/logs" || die "cannot create $outdir/logs"
 slog=$outdir/logs/iperf3_tcp.server.log
 cjson=$outdir/logs/iperf3_tcp.client.json
 
-server_pid="" client_pid=""
-cleanup() {
-  local pid
-  for pid in $client_pid $server_pid; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  server_pid="" client_pid=""
-}
-trap cleanup EXIT
-trap 'echo "$prog: interrupted" >&2; exit 130' INT
-trap 'echo "$prog: terminated" >&2; exit 143' TERM
-
-if ss -Hltn "sport = :$port" | grep -q .; then
+if port_busy t "$port"; then
   die "TCP port $port is already in use; choose another with IPERF3_PORT"
 fi
 server_args=(-s -1 -p "$port" "${server_pin[@]}")
 client_args=(-c 127.0.0.1 -p "$port" "${client_pin[@]}" -t "$duration" -O "$omit" -J)
 echo "$prog: iperf3 ${server_args[*]} & iperf3 ${client_args[*]}"
-timeout "$run_timeout" iperf3 "${server_args[@]}" >"$slog" 2>&1 &
-server_pid=$!
-tries=0
-until ss -Hltn "sport = :$port" | grep -q .; do
-  kill -0 "$server_pid" 2>/dev/null || die "server exited early; see $slog"
-  ((++tries <= 100)) || die "server not listening on port $port after 10 s; see $slog"
-  sleep 0.1
-done
-rc=0
-timeout "$run_timeout" iperf3 "${client_args[@]}" >"$cjson" 2>&1 &
-client_pid=$!
-wait "$client_pid" || rc=$?
-client_pid=""
-if ((rc != 0)); then
-  ((rc == 124)) && die "client timed out after $run_timeout s; see $cjson"
-  die "client failed (exit $rc); see $cjson"
-fi
+start_server t "$port" "$slog" timeout "$run_timeout" iperf3 "${server_args[@]}"
+run_client "$run_timeout" "$cjson" iperf3 "${client_args[@]}"
 rc=0
 wait "$server_pid" || rc=$?
 server_pid=""

@@ -22,23 +22,15 @@
 set -euo pipefail
 
 prog=qperf.sh
-die() {
-  echo "$prog: error: $*" >&2
-  exit 1
-}
-if [[ $# -ne 1 || $1 == -* ]]; then
-  echo "usage: bench/peers/qperf.sh OUTDIR" >&2
-  exit 2
-fi
-outdir=$1
+. "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+peer_outdir "$@"
+
 
 port=${QPERF_PORT:-47640}
 duration=${DURATION_S:-5}
 msg_size=${MSG_SIZE:-64K}
 run_timeout=${RUN_TIMEOUT_S:-60}
-for v in port duration run_timeout; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
-done
+require_uints port duration run_timeout
 ((duration > 0)) || die "DURATION_S must be positive"
 [[ $msg_size =~ ^[0-9]+[KM]?$ ]] || die "MSG_SIZE must be bytes with an optional K or M, got '$msg_size'"
 
@@ -46,55 +38,19 @@ command -v qperf >/dev/null || die "qperf not found (install qperf: bench/peers/
 command -v ss >/dev/null || die "ss not found (install iproute2)"
 version=$(qperf --version 2>&1 | head -n1)
 
-server_pin=() client_pin=() placement="two processes over 127.0.0.1, not pinned"
-if [[ ${NO_PIN:-0} != 1 ]] && taskset -c 0,1 true 2>/dev/null; then
-  server_pin=(taskset -c 1) client_pin=(taskset -c 0)
-  placement="two processes over 127.0.0.1, server pinned to CPU 1 and client to CPU 0 (taskset)"
-fi
-
-mkdir -p "$outdir/logs" || die "cannot create $outdir/logs"
+peer_pinning
 slog=$outdir/logs/qperf_tcp.server.log
 clog=$outdir/logs/qperf_tcp.client.log
 
-server_pid="" client_pid=""
-cleanup() {
-  local pid
-  for pid in $client_pid $server_pid; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  server_pid="" client_pid=""
-}
-trap cleanup EXIT
-trap 'echo "$prog: interrupted" >&2; exit 130' INT
-trap 'echo "$prog: terminated" >&2; exit 143' TERM
-
 data_port=$((port + 1))
 for p in "$port" "$data_port"; do
-  if ss -Hltn "sport = :$p" | grep -q .; then
-    die "TCP port $p is already in use; choose another with QPERF_PORT"
-  fi
+  if port_busy t "$p"; then die "TCP port $p is already in use; choose another with QPERF_PORT"; fi
 done
 client_args=(127.0.0.1 -lp "$port" -ip "$data_port" -t "$duration" -m "$msg_size" -e 6 -vv tcp_bw)
 echo "$prog: qperf -lp $port & qperf ${client_args[*]}"
-"${server_pin[@]}" qperf -lp "$port" >"$slog" 2>&1 &
-server_pid=$!
-tries=0
-until ss -Hltn "sport = :$port" | grep -q .; do
-  kill -0 "$server_pid" 2>/dev/null || die "server exited early; see $slog"
-  ((++tries <= 100)) || die "server not listening on port $port after 10 s; see $slog"
-  sleep 0.1
-done
-rc=0
-timeout "$run_timeout" "${client_pin[@]}" qperf "${client_args[@]}" >"$clog" 2>&1 &
-client_pid=$!
-wait "$client_pid" || rc=$?
-client_pid=""
-if ((rc != 0)); then
-  ((rc == 124)) && die "client timed out after $run_timeout s; see $clog"
-  die "client failed (exit $rc): $(tail -n1 "$clog"); see $clog"
-fi
-cleanup
+start_server t "$port" "$slog" "${server_pin[@]}" qperf -lp "$port"
+run_client "$run_timeout" "$clog" "${client_pin[@]}" qperf "${client_args[@]}"
+peer_cleanup
 
 # tcp_bw:
 #     bw              =  454.123 MB/sec
@@ -127,10 +83,6 @@ gbps=$(awk -v v="$bw" -v s="$bw_scale" 'BEGIN { printf "%.3f", v * s * 8 / 1e9 }
 msg_bytes=$(awk -v m="$msg_size" 'BEGIN { n = m + 0; u = substr(m, length(m));
   printf "%d", u == "K" ? n * 1024 : u == "M" ? n * 1048576 : n }')
 
-json_str() {
-  local s=${1//\\/\\\\}
-  printf '"%s"' "${s//\"/\\\"}"
-}
 setup="$version, qperf ${client_args[*]}; server qperf -lp $port; $placement; one TCP stream over loopback, $msg_size messages, default socket buffers; no warmup, the whole $secs s measured (slow start included); gbps from qperf's bw = $bw $bw_unit (decimal units)"
 printf '{"system":"qperf","transport":"tcp","workload":"goodput","setup":%s,"results":[{"size":%d,"duration_s":%s%s,"gbps":%s}]}\n' \
   "$(json_str "$setup")" "$msg_bytes" "$secs" "${recv_bytes:+,\"bytes\":$recv_bytes}" "$gbps" \

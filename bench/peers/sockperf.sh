@@ -25,23 +25,15 @@
 set -euo pipefail
 
 prog=sockperf.sh
-die() {
-  echo "$prog: error: $*" >&2
-  exit 1
-}
-if [[ $# -ne 1 || $1 == -* ]]; then
-  echo "usage: bench/peers/sockperf.sh OUTDIR" >&2
-  exit 2
-fi
-outdir=$1
+. "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+peer_outdir "$@"
+
 
 port=${SOCKPERF_PORT:-47610}
 duration=${DURATION_S:-5}
 size=${SIZE:-32}
 run_timeout=${RUN_TIMEOUT_S:-60}
-for v in port duration size run_timeout; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
-done
+require_uints port duration size run_timeout
 ((duration > 0)) || die "DURATION_S must be positive"
 ((size >= 14)) || die "SIZE must be at least 14 (sockperf's header)"
 
@@ -50,62 +42,20 @@ command -v ss >/dev/null || die "ss not found (install iproute2)"
 version=$(sockperf --version 2>&1 | sed -n 's/^sockperf, version //p' | head -n1)
 version=${version:-unknown}
 
-server_pin=() client_pin=() placement="two processes over 127.0.0.1, not pinned"
-if [[ ${NO_PIN:-0} != 1 ]] && taskset -c 0,1 true 2>/dev/null; then
-  server_pin=(taskset -c 1) client_pin=(taskset -c 0)
-  placement="two processes over 127.0.0.1, server pinned to CPU 1 and client to CPU 0 (taskset)"
-fi
-
-mkdir -p "$outdir/logs" || die "cannot create $outdir/logs"
+peer_pinning
 slog=$outdir/logs/sockperf_udp.server.log
 clog=$outdir/logs/sockperf_udp.client.log
 
-# Both sides run in the background, so that a signal's trap runs at once
-# (bash defers traps while a foreground child runs); cleanup stops them. The
-# server runs until killed.
-server_pid="" client_pid=""
-cleanup() {
-  local pid
-  for pid in $client_pid $server_pid; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  server_pid="" client_pid=""
-}
-trap cleanup EXIT
-trap 'echo "$prog: interrupted" >&2; exit 130' INT
-trap 'echo "$prog: terminated" >&2; exit 143' TERM
-
-json_str() {
-  local s=${1//\\/\\\\}
-  printf '"%s"' "${s//\"/\\\"}"
-}
-
-if ss -Hlun "sport = :$port" | grep -q .; then
+if port_busy u "$port"; then
   die "UDP port $port is already in use; choose another with SOCKPERF_PORT"
 fi
 server_args=(sr -i 127.0.0.1 -p "$port" --nonblocked)
 client_args=(pp -i 127.0.0.1 -p "$port" -m "$size" -t "$duration" --mps=max --nonblocked --full-rtt)
 echo "$prog: sockperf ${server_args[*]} & sockperf ${client_args[*]}"
-"${server_pin[@]}" sockperf "${server_args[@]}" >"$slog" 2>&1 &
-server_pid=$!
-tries=0
-until ss -Hlun "sport = :$port" | grep -q .; do
-  kill -0 "$server_pid" 2>/dev/null || die "server exited early; see $slog"
-  ((++tries <= 100)) || die "server not bound to UDP port $port after 10 s; see $slog"
-  sleep 0.1
-done
-rc=0
-timeout "$run_timeout" "${client_pin[@]}" sockperf "${client_args[@]}" >"$clog" 2>&1 &
-client_pid=$!
-wait "$client_pid" || rc=$?
-client_pid=""
-if ((rc != 0)); then
-  ((rc == 124)) && die "client timed out after $run_timeout s; see $clog"
-  die "client failed (exit $rc): $(grep -ai 'error' "$clog" | tail -n1); see $clog"
-fi
+start_server u "$port" "$slog" "${server_pin[@]}" sockperf "${server_args[@]}"
+run_client "$run_timeout" "$clog" "${client_pin[@]}" sockperf "${client_args[@]}"
 kill -0 "$server_pid" 2>/dev/null || die "server died during the run; see $slog"
-cleanup
+peer_cleanup
 
 # The summary, without sockperf's colour escapes:
 #   sockperf: [Valid Duration] RunTime=3.532 sec; SentMessages=19631; ReceivedMessages=19631

@@ -80,7 +80,7 @@ struct RpcConfig {
   int verbs_gid_index = -1;
   // verbs: the bulk path for messages above bulk_threshold_bytes (see
   // VerbsBulk). A peer whose path differs is read over RC where both have
-  // it, else by datagrams; Rpc::transport_provider() names the path.
+  // it, else by datagrams; the path chosen, and why, is logged at start-up.
   VerbsBulk verbs_bulk = VerbsBulk::kAuto;
   // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
   // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.

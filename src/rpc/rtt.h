@@ -39,7 +39,6 @@ class RttEstimator {
   }
   uint64_t srtt_ns() const { return srtt_ns_; }
   uint64_t rttvar_ns() const { return rttvar_ns_; }
-  uint64_t samples() const { return samples_; }
 
  private:
   uint64_t floor_ns_;

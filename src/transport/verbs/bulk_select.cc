@@ -39,10 +39,11 @@ Result<BulkChoice> choose_bulk_path(VerbsBulk wanted, const BulkProbe& probe) {
     case VerbsBulk::kOff:
       return BulkChoice{VerbsBulkKind::kNone, "bulk off (verbs_bulk = off): datagrams only"};
     case VerbsBulk::kRc:
-      return rc_or_none(probe, " (verbs_bulk = rc)");
+      return rc_or_none(probe, fmt::format(" (verbs_bulk = {})", verbs_bulk_name(wanted)));
     case VerbsBulk::kDc:
       if (probe.dc == DcAvailability::kAvailable) {
-        return BulkChoice{VerbsBulkKind::kDc, "DC READ (verbs_bulk = dc)"};
+        return BulkChoice{VerbsBulkKind::kDc,
+                          fmt::format("DC READ (verbs_bulk = {})", verbs_bulk_name(wanted))};
       }
       return Failure{fmt::format("verbs_bulk = dc, but {}; use auto or rc", why_no_dc(probe))};
     case VerbsBulk::kAuto:

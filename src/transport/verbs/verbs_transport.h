@@ -65,8 +65,9 @@ class VerbsTransport final : public Transport {
   void deregister_memory(const MemReg& reg) override;
   // A type-2B memory window over exactly the payload, bound on the
   // reader's RC QP (readable through it alone) and invalidated on revoke;
-  // on devices without such windows, a registration of the payload with
-  // remote read only, deregistered on revoke (verbs_expose.cc).
+  // on devices without such windows, and to a peer reading over DC, a
+  // registration of the payload with remote read only, deregistered on
+  // revoke (verbs_expose.cc).
   bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
                        Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
