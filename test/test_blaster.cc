@@ -146,6 +146,7 @@ SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_sn,
   m.routing = udp_route(reply_port);
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = kUdpDefaultDataPerPkt;
+  m.session_credits = 32;  // what a client at the default config asks
   return m;
 }
 
@@ -587,6 +588,54 @@ TEST_CASE("a session-management message with incarnation 0 is ignored") {
   REQUIRE(r.has_value());
   CHECK(r->err == SmErr::kNone);
   CHECK(wait_until([&] { return server.num_active_sessions() == 1; }));
+}
+
+TEST_CASE("a forged ask for credits gets at most the server's own, at least one slot each") {
+  Nexus nexus(local_nexus());
+  // 256 ring entries, 32 credits per session at most
+  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 256});
+  const uint16_t sm_port = port_of_uri(nexus.uri());
+  UdpSock sock;
+  std::vector<uint8_t> rx(2048);
+  auto ask = [&](uint64_t token, SessionNum client_sn, uint16_t credits) -> std::optional<SmMsg> {
+    SmMsg m = connect_req(token, sock.port(), client_sn);
+    m.session_credits = credits;
+    sock.send(sm_port, sm_bytes(m));
+    const auto deadline = std::chrono::steady_clock::now() + 500ms;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = sock.recv(rx.data(), rx.size(), 50ms);
+      SmMsg r;
+      if (n > 0 && decode_sm_msg({rx.data(), static_cast<size_t>(n)}, r) == SmDecodeStatus::kOk &&
+          r.type == SmMsgType::kConnectResp && r.token == token) {
+        return r;
+      }
+    }
+    return std::nullopt;
+  };
+  // When a client asks for every credit there is
+  const auto greedy = ask(1, 0, 0xffff);
+  // Expect the server's own setting, and ring room left for others
+  REQUIRE(greedy.has_value());
+  CHECK(greedy->err == SmErr::kNone);
+  CHECK(greedy->session_credits == 32);
+  // When one asks for none (which would reserve nothing and stall it)
+  const auto none = ask(2, 1, 0);
+  // Expect one credit per request slot
+  REQUIRE(none.has_value());
+  CHECK(none->err == SmErr::kNone);
+  CHECK(none->session_credits == 8);
+  // and the ring to be counted by credits: 256 - 32 - 8 = 216 entries hold
+  // six more sessions of 32 (192), then three of 8 (24), then nothing
+  auto answer = [&](uint64_t token, uint16_t credits) {
+    const auto r = ask(token, static_cast<SessionNum>(token), credits);
+    REQUIRE(r.has_value());
+    return r->err;
+  };
+  for (uint64_t i = 0; i < 6; i++) REQUIRE(answer(10 + i, 32) == SmErr::kNone);
+  CHECK(answer(20, 32) == SmErr::kNoRingRoom);
+  for (uint64_t i = 0; i < 3; i++) REQUIRE(answer(30 + i, 8) == SmErr::kNone);
+  CHECK(answer(40, 8) == SmErr::kNoRingRoom);
+  CHECK(server.num_active_sessions() == 11);
 }
 
 TEST_CASE("a flood of connect requests never takes a server past its session limits") {

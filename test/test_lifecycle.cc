@@ -416,13 +416,13 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
     }
     for (auto& pkt : now_inject) FakeNetwork::instance().send(pkt);
     const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
-    REQUIRE(s->credits <= kSessionCredits);
+    REQUIRE(s->credits <= s->max_credits);
     return call.runs > 0;
   }));
   CHECK(corrupted == 1);
   CHECK(call.errc == Errc::kOk);
   CHECK(check_pattern(call.resp, 20000, 5));
-  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->credits == kSessionCredits);
+  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->credits == RpcConfig{}.session_credits);
   CHECK(p.client->stats().retransmissions == 0);  // retried at once, not after an RTO
 }
 

@@ -115,6 +115,7 @@ SmMsg connect_req(uint16_t reply_port, uint32_t max_data_per_pkt) {
   std::memcpy(m.routing.bytes.data(), &u, sizeof(u));
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = max_data_per_pkt;
+  m.session_credits = 32;
   return m;
 }
 

@@ -39,16 +39,20 @@ struct FakePair {
   std::unique_ptr<Rpc> client;
   SessionNum sn = kInvalidSessionNum;
 
-  explicit FakePair(size_t mtu_bytes = 256, uint64_t rto_us = 2000) {
+  explicit FakePair(size_t mtu_bytes = 256, uint64_t rto_us = 2000,
+                    size_t client_credits = RpcConfig{}.session_credits,
+                    size_t server_credits = RpcConfig{}.session_credits) {
     FakeNetwork::instance().reset();
     g_handler_runs = 0;
     REQUIRE(nexus.register_handler(kEcho, counting_echo));
     const RpcConfig base{.transport = "fake", .mtu_bytes = mtu_bytes, .rto_us = rto_us};
     RpcConfig sc = base;
     sc.rpc_id = 1;
+    sc.session_credits = server_credits;
     server = std::make_unique<Rpc>(nexus, sc);
     RpcConfig cc = base;
     cc.rpc_id = 0;
+    cc.session_credits = client_credits;
     client = std::make_unique<Rpc>(nexus, cc);
     auto s = client->create_session(nexus.uri(), 1);
     REQUIRE(s);
@@ -283,7 +287,17 @@ TEST_CASE("reordered request packets are recovered and the handler runs once") {
 }
 
 TEST_CASE("credits bound the packets a client has in flight on a session") {
-  FakePair f;
+  // Given a client and a server that ask for these credits
+  struct Case {
+    size_t client, server, agreed;
+  };
+  const Case c = GENERATE(Case{32, 32, 32}, Case{128, 48, 48}, Case{16, 128, 16}, Case{8, 8, 8});
+  CAPTURE(c.client, c.server);
+  FakePair f(256, 2000, c.client, c.server);
+  // Expect both ends of the session to hold the smaller
+  CHECK(RpcImplTestAccess::session(f.client->impl(), f.sn)->max_credits == c.agreed);
+  CHECK(RpcImplTestAccess::session(f.server->impl(), 0)->max_credits == c.agreed);
+  const size_t credits = c.agreed;
   const uint32_t server_ep = endpoint_of(*f.server);
   FakeNetwork::instance().set_capture(true);
   // Given the server's credit returns are held (60 packets stay below the bulk threshold)
@@ -297,9 +311,9 @@ TEST_CASE("credits bound the packets a client has in flight on a session") {
   Outcome out;
   REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
   for (int i = 0; i < 10; i++) f.pump();
-  // Expect exactly kSessionCredits request packets sent
-  CHECK(count_type(FakeNetwork::instance().captured(), PktType::kReq) == kSessionCredits);
-  CHECK(FakeNetwork::instance().num_held() == kSessionCredits);
+  // Expect exactly the agreed credits' worth of request packets sent
+  CHECK(count_type(FakeNetwork::instance().captured(), PktType::kReq) == credits);
+  CHECK(FakeNetwork::instance().num_held() == credits);
   // and everything to complete once credits flow again
   FakeNetwork::instance().set_filter(nullptr);
   FakeNetwork::instance().release_held();

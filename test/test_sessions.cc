@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc_impl_test_access.h"
 #include "test_util.h"
 
 using namespace rpc;
@@ -153,6 +154,50 @@ TEST_CASE("connecting to an rpc_id that does not exist fails with kUnknownRpcId"
   CHECK(client.num_active_sessions() == 0);
   CHECK(server.num_active_sessions() == 0);
   CHECK(ev.events.size() == 1);
+}
+
+TEST_CASE("session credits outside [8, rx_ring_size] are refused at construction") {
+  Nexus nexus(local_nexus());
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.rpc_id = 0, .session_credits = 4}),
+                    Catch::Contains("session_credits 4 must be within [8,"));
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.rpc_id = 0, .session_credits = 70000}),
+                    Catch::Contains("must be within"));
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.rpc_id = 0, .rx_ring_size = 64, .session_credits = 128}),
+                    Catch::Contains("below one session's credits (128)"));
+}
+
+TEST_CASE("a client reserves the credits it asks for and keeps what the server grants") {
+  Nexus nexus(local_nexus());
+  REQUIRE(nexus.register_handler(kEcho, echo_into_response));
+  // Given a server that grants 16 credits and a client that asks for 64
+  // with ring room for two such asks
+  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .session_credits = 16});
+  SessionEvents ev;
+  Rpc client(nexus, RpcConfig{.rpc_id = 0,
+                              .rx_ring_size = 128,
+                              .session_credits = 64,
+                              .session_callback = ev.callback()});
+  auto a = client.create_session(nexus.uri(), 1);
+  auto b = client.create_session(nexus.uri(), 1);
+  REQUIRE(a);
+  REQUIRE(b);
+  // Expect a third refused while both asks are outstanding
+  auto refused = client.create_session(nexus.uri(), 1);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error(), Catch::Contains("no RX ring room"));
+  // and, once granted 16 each, room for more
+  REQUIRE(run_until(client, [&] { return client.is_connected(*a) && client.is_connected(*b); }));
+  CHECK(rpc::detail::RpcImplTestAccess::session(client.impl(), *a)->max_credits == 16);
+  auto c = client.create_session(nexus.uri(), 1);
+  REQUIRE(c);
+  REQUIRE(run_until(client, [&] { return client.is_connected(*c); }));
+  // A large echo works within 16 credits
+  EchoCall call;
+  REQUIRE(call.prepare(client, 60000, *c));
+  REQUIRE(call.enqueue(client, *c, kEcho) == Errc::kOk);
+  REQUIRE(run_until(client, [&] { return call.completions > 0; }));
+  CHECK(call.echoed());
+  call.release(client);
 }
 
 TEST_CASE("a server with RX ring room for two sessions refuses a third with kNoRingRoom") {

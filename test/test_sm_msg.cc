@@ -32,6 +32,7 @@ SmMsg full_msg(SmMsgType type) {
   m.token = 0x0102030405060708ull;
   m.incarnation = 0xA1B2C3D4E5F6ull;
   m.max_data_per_pkt = 0x11223344;
+  m.session_credits = 0xBEEF;
   for (size_t i = 0; i < m.routing_len; i++) m.routing.bytes[i] = static_cast<uint8_t>(0xa0 + i);
   return m;
 }
@@ -64,6 +65,7 @@ void require_same(const SmMsg& a, const SmMsg& b) {
   REQUIRE(a.incarnation == b.incarnation);
   REQUIRE(a.routing.bytes == b.routing.bytes);
   REQUIRE(a.max_data_per_pkt == b.max_data_per_pkt);
+  REQUIRE(a.session_credits == b.session_credits);
 }
 
 uint64_t load_le(const Bytes& b, size_t off, size_t n) {
@@ -108,6 +110,7 @@ TEST_CASE("extreme field values survive encode and decode") {
   in.routing_len = 0;
   in.routing = RoutingInfo{};
   in.max_data_per_pkt = ~0u;
+  in.session_credits = 0xffff;
   SmMsg out;
   REQUIRE(decode(encode(in), out) == SmDecodeStatus::kOk);
   require_same(in, out);
@@ -149,8 +152,13 @@ TEST_CASE("the encoded bytes follow the documented layout") {
   REQUIRE(b[81] == 0x33);
   REQUIRE(b[82] == 0x22);
   REQUIRE(b[83] == 0x11);
-  REQUIRE(kSmMsgBytes == 84);
-  REQUIRE(kSmVersion == 2);
+  // session_credits 0xBEEF, then two reserved zero bytes (v3).
+  REQUIRE(b[84] == 0xEF);
+  REQUIRE(b[85] == 0xBE);
+  REQUIRE(b[86] == 0);
+  REQUIRE(b[87] == 0);
+  REQUIRE(kSmMsgBytes == 88);
+  REQUIRE(kSmVersion == 3);
 }
 
 TEST_CASE("routing bytes beyond routing_len are sent as zeros") {
@@ -193,7 +201,7 @@ TEST_CASE("a message with a wrong magic is rejected") {
 
 TEST_CASE("a message of another version is refused with its type and token") {
   Bytes b = encode(full_msg(SmMsgType::kConnectReq));
-  b[4] = 3;  // version 3
+  b[4] = 4;  // version 4
   SmMsg out;
   out.token = 0;
   REQUIRE(decode(b, out) == SmDecodeStatus::kVersionMismatch);
@@ -296,14 +304,16 @@ TEST_CASE("random and mutated datagrams never crash the decoder") {
     if (decode_sm_msg(buf, out) != SmDecodeStatus::kOk) continue;
 
     // Whatever decodes as valid re-encodes to the same bytes (routing bytes
-    // past routing_len carry no meaning and re-encode as zeros).
+    // past routing_len, and the reserved bytes, carry no meaning and
+    // re-encode as zeros).
     ok_count++;
     REQUIRE(buf.size() == kSmMsgBytes);
     const Bytes again = encode(out);
     const size_t meaningful = 32 + out.routing_len;
     for (size_t i = 0; i < kSmMsgBytes; i++) {
       CAPTURE(iter, i);
-      REQUIRE(again[i] == (i < meaningful || i >= 80 ? buf[i] : 0));
+      const bool kept = i < meaningful || (i >= 80 && i < 86);
+      REQUIRE(again[i] == (kept ? buf[i] : 0));
     }
     SmMsg out2;
     REQUIRE(decode(again, out2) == SmDecodeStatus::kOk);
@@ -343,6 +353,19 @@ TEST_CASE("a version-1 peer's 80-byte connect request is refused by its token") 
   // Expect the envelope to be read and the rest not
   SmMsg out;
   REQUIRE(decode_sm_msg(v1, out) == SmDecodeStatus::kVersionMismatch);
+  CHECK(out.type == SmMsgType::kConnectReq);
+  CHECK(out.token == 0x0102030405060708ull);
+}
+
+TEST_CASE("a version-2 peer's 84-byte connect request is refused by its token") {
+  // Given the datagram a v2 Nexus sends: 84 bytes, version 2, no credits
+  std::vector<uint8_t> v2(84, 0);
+  const Bytes v3 = encode(full_msg(SmMsgType::kConnectReq));
+  std::copy(v3.begin(), v3.begin() + 84, v2.begin());
+  v2[4] = 2;
+  v2[6] = 84;
+  SmMsg out;
+  REQUIRE(decode_sm_msg(v2, out) == SmDecodeStatus::kVersionMismatch);
   CHECK(out.type == SmMsgType::kConnectReq);
   CHECK(out.token == 0x0102030405060708ull);
 }

@@ -6,7 +6,8 @@
 //   udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]   (receiver)
 //   udp_stream client --server IP:PORT [LOAD OPTIONS]                    (sender)
 //   udp_stream [LOAD OPTIONS] [--credit-every N]   (both in one process, over 127.0.0.1)
-//   each also takes --offload on|off (default off): UDP GSO sends, UDP GRO receives
+//   each also takes --offload on|off (default off): UDP GSO sends, UDP GRO receives,
+//   and --message-bytes N (default 0): data from and into N-byte buffers
 //
 // The sender busy-polls and sends --datagram-size datagrams in sendmmsg
 // batches of up to --batch; the receiver busy-polls recvmmsg batches and
@@ -27,6 +28,15 @@
 // A kernel that refuses UDP_SEGMENT or UDP_GRO fails the run rather than
 // measuring the plain path under the offload's name. Window and credits stay
 // in datagrams and bytes.
+//
+// Message memory (--message-bytes N, default 0 = off). By default the sender
+// sends every datagram from one small buffer and the receiver lands them in
+// a batch's worth of buffers, so all the data stays in the CPU's caches. An
+// RPC engine moving 8 MiB messages reads each from, and writes it into,
+// 8 MiB of memory. With N > 0 the sender walks an N-byte buffer (every
+// datagram still opens with run_id) and the receiver lands each batch at
+// the next offset of its own N-byte buffer, wrapping: the same memory
+// traffic as an N-byte message each way, and no copy beyond the kernel's.
 //
 // Flow control. Unthrottled, the sender would mostly measure how fast the
 // kernel drops datagrams at a full receive queue, so the stream runs under a
@@ -163,6 +173,9 @@ void print_usage(std::FILE* out) {
              "                          {} bytes with UDP_SEGMENT. Receiver: UDP_GRO on, --batch\n"
              "                          counts (possibly merged) messages of up to {} bytes.\n"
              "                          Fails if the kernel refuses UDP_SEGMENT or UDP_GRO.\n"
+             "  --message-bytes N       send from / receive into N-byte buffers walked in\n"
+             "                          order, as N-byte messages would be (default 0: small\n"
+             "                          buffers that stay in cache); up to 1 GiB\n"
              "  -h, --help              show this help\n",
              kDefaultBind, kRunIdBytes, kMaxUdpPayload, kDefaultDatagramSize, kMaxWindow,
              kDefaultWindow, kMaxBatch, kDefaultBatch, kDefaultDurationS, kDefaultWarmupS,
@@ -182,7 +195,8 @@ struct Options {
   std::size_t window = kDefaultWindow;
   std::size_t batch = kDefaultBatch;
   std::size_t credit_every = kDefaultCreditEvery;
-  bool offload = false;  // UDP GSO (sender) and UDP GRO (receiver)
+  bool offload = false;           // UDP GSO (sender) and UDP GRO (receiver)
+  std::size_t message_bytes = 0;  // 0: cache-resident buffers; else walk N-byte buffers
   double duration_s = kDefaultDurationS;
   double warmup_s = kDefaultWarmupS;
   std::optional<std::string> json;
@@ -250,7 +264,7 @@ void check_flag(std::string_view flag, Mode mode) {
   const bool server_flag = flag == "--bind";
   const bool client_flag = flag == "--server";
   const bool receiver_flag = flag == "--credit-every";
-  const bool any_flag = flag == "--batch" || flag == "--offload";
+  const bool any_flag = flag == "--batch" || flag == "--offload" || flag == "--message-bytes";
   const bool load_flag = flag == "--datagram-size" || flag == "--window-datagrams" ||
                          flag == "--duration" || flag == "--warmup-seconds" || flag == "--json";
   if (!server_flag && !client_flag && !receiver_flag && !any_flag && !load_flag) {
@@ -282,6 +296,8 @@ void apply_flag(Options& opt, std::string_view flag, std::string_view value) {
       throw UsageError(fmt::format("--offload: '{}' is not on or off", value));
     }
     opt.offload = value == "on";
+  } else if (flag == "--message-bytes") {
+    opt.message_bytes = parse_size(flag, value, 0, std::size_t{1} << 30);
   } else if (flag == "--duration") {
     opt.duration_s = parse_seconds(flag, value, /*allow_zero=*/false);
   } else if (flag == "--warmup-seconds") {
@@ -421,14 +437,17 @@ void enable_gso(Socket& sock) { sock.require_udp_option(UDP_SEGMENT, 0, "UDP_SEG
 // per recvmmsg may be a merged run of datagrams.
 class StreamReceiver {
  public:
-  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every, bool offload)
+  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every, bool offload,
+                 std::size_t message_bytes)
       : sock_(sock),
         batch_(batch),
         credit_every_(credit_every),
         offload_(offload),
         buffer_bytes_(offload ? kGroBufferBytes : kMaxUdpPayload),
+        data_bytes_(std::max(batch * buffer_bytes_, message_bytes)),
+        walk_(message_bytes > 0),
         // Not zero-filled: only the pages datagrams land in get touched.
-        data_(std::make_unique_for_overwrite<char[]>(batch * buffer_bytes_)),
+        data_(std::make_unique_for_overwrite<char[]>(data_bytes_)),
         from_(batch),
         iov_(batch),
         cmsgs_(offload ? batch : 0),
@@ -456,6 +475,9 @@ class StreamReceiver {
   std::size_t credit_every_;
   bool offload_;
   std::size_t buffer_bytes_;  // per message
+  std::size_t data_bytes_;    // batch_ buffers, or the --message-bytes buffer
+  bool walk_;                 // --message-bytes: each batch lands further on
+  std::size_t data_offset_ = 0;
   std::unique_ptr<char[]> data_;
   std::vector<sockaddr_in> from_;
   std::vector<iovec> iov_;
@@ -473,6 +495,11 @@ void StreamReceiver::run(bool stop_on_empty, const std::atomic<bool>& stop) {
     if (offload_) {
       for (auto& m : msgs_) m.msg_hdr.msg_controllen = kCmsgBytes;
     }
+    if (walk_) {
+      for (std::size_t k = 0; k < batch_; ++k) {
+        iov_[k].iov_base = data_.get() + data_offset_ + k * buffer_bytes_;
+      }
+    }
     const int got = ::recvmmsg(sock_.fd(), msgs_.data(), vlen, MSG_DONTWAIT, nullptr);
     if (got < 0) {
       // Stray ICMP errors from a vanished sender must not kill the receiver.
@@ -483,6 +510,11 @@ void StreamReceiver::run(bool stop_on_empty, const std::atomic<bool>& stop) {
       continue;
     }
     if (!count_batch(static_cast<std::size_t>(got), stop_on_empty)) return;
+    if (walk_) {
+      // The next batch lands past this one, as a message's packets would.
+      data_offset_ += static_cast<std::size_t>(got) * buffer_bytes_;
+      if (data_offset_ + batch_ * buffer_bytes_ > data_bytes_) data_offset_ = 0;
+    }
     if (counts_.datagrams - credited_ >= credit_every_) send_credit();
   }
 }
@@ -544,6 +576,13 @@ std::size_t gso_segments_per_send(std::size_t datagram_size) {
   return std::min(kMaxGsoSegments, kMaxUdpPayload / datagram_size);
 }
 
+// The sender's buffer: one send's worth, or --message-bytes rounded up to
+// whole sends (so that no send wraps around its end).
+std::size_t payload_bytes(std::size_t message_bytes, std::size_t send_bytes) {
+  const std::size_t sends = std::max<std::size_t>(1, (message_bytes + send_bytes - 1) / send_bytes);
+  return sends * send_bytes;
+}
+
 // Streams datagrams to a receiver under a credit window. Single-threaded.
 // With opt.offload, throws RunError if the kernel refuses UDP GSO.
 class StreamSender {
@@ -555,7 +594,8 @@ class StreamSender {
         offload_(opt.offload),
         datagram_size_(opt.datagram_size),
         segments_per_send_(offload_ ? gso_segments_per_send(datagram_size_) : 1),
-        payload_(segments_per_send_ * datagram_size_, 'x'),
+        payload_(payload_bytes(opt.message_bytes, segments_per_send_ * datagram_size_), 'x'),
+        walk_(opt.message_bytes > 0),
         tx_iov_(batch_, iovec{payload_.data(), datagram_size_}),
         tx_cmsgs_(offload_ ? batch_ : 0),
         tx_(batch_),
@@ -566,9 +606,10 @@ class StreamSender {
     run_id_ = (std::uint64_t{rd()} << 32) ^ rd() ^
               static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
     // Every datagram carries the same bytes: one buffer serves the whole batch
-    // (with offload, a GSO send's worth of datagrams, each opening with run_id).
-    for (std::size_t seg = 0; seg < segments_per_send_; ++seg) {
-      std::memcpy(payload_.data() + seg * datagram_size_, &run_id_, kRunIdBytes);
+    // (with offload, a GSO send's worth of datagrams, each opening with
+    // run_id); with --message-bytes, a longer one walked in order.
+    for (std::size_t off = 0; off < payload_.size(); off += datagram_size_) {
+      std::memcpy(payload_.data() + off, &run_id_, kRunIdBytes);
     }
     for (std::size_t k = 0; k < batch_; ++k) {
       msghdr& h = tx_[k].msg_hdr;
@@ -608,6 +649,8 @@ class StreamSender {
   std::uint64_t in_flight() const { return sent_ - acked_.datagrams - written_off_; }
   bool poll_credits();
   unsigned pack_gso_sends(std::size_t datagrams);
+  void place_sends(unsigned msgs);
+  void advance_sends(std::size_t sent_msgs);
   void top_up_window();
 
   Socket sock_;
@@ -619,6 +662,8 @@ class StreamSender {
   std::size_t segments_per_send_;  // datagrams per message: 1 unless offload_
   std::uint64_t run_id_ = 0;
   std::vector<char> payload_;
+  bool walk_;  // --message-bytes: sends walk payload_
+  std::size_t payload_offset_ = 0;
   std::vector<iovec> tx_iov_;         // one per message: GSO sends differ in length
   std::vector<CmsgBuffer> tx_cmsgs_;  // offload only: UDP_SEGMENT, one per message
   std::vector<mmsghdr> tx_;
@@ -660,11 +705,32 @@ unsigned StreamSender::pack_gso_sends(std::size_t datagrams) {
   return msgs;
 }
 
+// --message-bytes: the next `msgs` sends take their data from payload_ in
+// order from payload_offset_ (wrapping at a whole send, as each fits).
+void StreamSender::place_sends(unsigned msgs) {
+  std::size_t off = payload_offset_;
+  for (unsigned k = 0; k < msgs; ++k) {
+    if (off + tx_iov_[k].iov_len > payload_.size()) off = 0;
+    tx_iov_[k].iov_base = payload_.data() + off;
+    off += tx_iov_[k].iov_len;
+  }
+}
+
+// Moves payload_offset_ past the sends that went out.
+void StreamSender::advance_sends(std::size_t sent_msgs) {
+  for (std::size_t k = 0; k < sent_msgs; ++k) {
+    const auto* base = static_cast<const char*>(tx_iov_[k].iov_base);
+    payload_offset_ = static_cast<std::size_t>(base - payload_.data()) + tx_iov_[k].iov_len;
+  }
+  if (payload_offset_ >= payload_.size()) payload_offset_ = 0;
+}
+
 // Sends until `window_` datagrams are in flight or the socket pushes back.
 void StreamSender::top_up_window() {
   while (in_flight() < window_) {
     const auto n = static_cast<unsigned>(std::min<std::uint64_t>(window_ - in_flight(), batch_));
     const unsigned msgs = offload_ ? pack_gso_sends(n) : n;
+    if (walk_) place_sends(msgs);
     const int r = ::sendmmsg(sock_.fd(), tx_.data(), msgs, MSG_DONTWAIT);
     if (r < 0) {
       if (is_transient(errno) || errno == ECONNREFUSED) return;  // retry next round
@@ -682,6 +748,7 @@ void StreamSender::top_up_window() {
     } else {
       sent_ += static_cast<std::uint64_t>(r);
     }
+    if (walk_) advance_sends(static_cast<std::size_t>(r));
     if (static_cast<unsigned>(r) < msgs) return;
   }
 }
@@ -735,9 +802,9 @@ void write_json(const std::string& path, const Options& opt, const std::string& 
              "{{\"system\":\"raw_udp\",\"transport\":\"udp\",\"workload\":\"goodput\","
              "\"setup\":\"{}\",\"results\":[{{\"size\":{},\"window\":{},\"batch\":{},"
              "\"duration_s\":{:.6f},\"messages\":{},\"bytes\":{},\"gbps\":{:.4f},"
-             "\"stalls\":{},\"lost\":{},\"offload\":{}}}]}}\n",
+             "\"stalls\":{},\"lost\":{},\"offload\":{},\"message_bytes\":{}}}]}}\n",
              setup, opt.datagram_size, opt.window, opt.batch, res.duration_s, res.datagrams,
-             res.bytes, gbps, res.stalls, res.lost, opt.offload);
+             res.bytes, gbps, res.stalls, res.lost, opt.offload, opt.message_bytes);
   const bool write_failed = std::ferror(f) != 0;
   if (std::fclose(f) != 0 || write_failed) throw_errno(fmt::format("writing {}", path));
 }
@@ -745,10 +812,10 @@ void write_json(const std::string& path, const Options& opt, const std::string& 
 void report(const Options& opt, const std::string& setup, const GoodputResults& res) {
   const double gbps = static_cast<double>(res.bytes) * 8 / 1e9 / res.duration_s;
   fmt::print(
-      "udp_stream datagram={} B window={} batch={} offload={} goodput={:.2f} Gbit/s ({} "
-      "datagrams, {:.1f} MiB in {:.2f} s){}\n",
-      opt.datagram_size, opt.window, opt.batch, opt.offload ? "on" : "off", gbps, res.datagrams,
-      static_cast<double>(res.bytes) / (1 << 20), res.duration_s,
+      "udp_stream datagram={} B window={} batch={} offload={} message_bytes={} goodput={:.2f} "
+      "Gbit/s ({} datagrams, {:.1f} MiB in {:.2f} s){}\n",
+      opt.datagram_size, opt.window, opt.batch, opt.offload ? "on" : "off", opt.message_bytes, gbps,
+      res.datagrams, static_cast<double>(res.bytes) / (1 << 20), res.duration_s,
       res.stalls ? fmt::format(" stalls={} lost={}", res.stalls, res.lost) : std::string());
   std::fflush(stdout);
   if (opt.json) write_json(*opt.json, opt, setup, res, gbps);
@@ -767,7 +834,7 @@ int run_server_mode(const Options& opt) {
       format_addr(sock.local_addr()), opt.batch, opt.credit_every, opt.offload ? "on" : "off");
   std::fflush(stdout);
   const std::atomic<bool> never{false};
-  StreamReceiver(sock, opt.batch, opt.credit_every, opt.offload)
+  StreamReceiver(sock, opt.batch, opt.credit_every, opt.offload, opt.message_bytes)
       .run(/*stop_on_empty=*/false, never);
   return 0;
 }
@@ -777,8 +844,12 @@ std::string describe_flow(const Options& opt) {
       opt.offload ? fmt::format("UDP GSO sends of up to {} datagrams, UDP GRO receives",
                                 gso_segments_per_send(opt.datagram_size))
                   : std::string("no UDP GSO/GRO");
-  return fmt::format("sendmmsg/recvmmsg batch {}; {}; busy-polled; window {} datagrams", opt.batch,
-                     offload, opt.window);
+  const std::string memory =
+      opt.message_bytes > 0
+          ? fmt::format("data from and into {}-byte buffers walked in order", opt.message_bytes)
+          : std::string("data from and into cache-resident buffers");
+  return fmt::format("sendmmsg/recvmmsg batch {}; {}; busy-polled; window {} datagrams; {}",
+                     opt.batch, offload, opt.window, memory);
 }
 
 int run_client_mode(const Options& opt) {
@@ -827,7 +898,7 @@ int run_combined_mode(const Options& opt) {
   std::exception_ptr receiver_error;
   std::thread receiver([&] {
     try {
-      StreamReceiver(receiver_sock, opt.batch, opt.credit_every, opt.offload)
+      StreamReceiver(receiver_sock, opt.batch, opt.credit_every, opt.offload, opt.message_bytes)
           .run(/*stop_on_empty=*/true, stop);
     } catch (...) {
       receiver_error = std::current_exception();

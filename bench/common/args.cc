@@ -190,6 +190,8 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
   } else if (flag.name == "--bulk-threshold") {
     ep.bulk_threshold_bytes =
         static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, uint64_t{1} << 40));
+  } else if (flag.name == "--credits") {
+    ep.session_credits = static_cast<std::size_t>(parse_unsigned(flag.name, value, 8, 65535));
   } else {
     return false;
   }
@@ -241,8 +243,10 @@ std::string endpoint_usage() {
       "  --bulk-threshold BYTES\n"
       "                       RpcConfig.bulk_threshold_bytes: larger messages go by\n"
       "                       one-sided read where the transport has it (default 16384;\n"
-      "                       a huge value keeps every message on datagrams)\n",
-      kDefaultMtu);
+      "                       a huge value keeps every message on datagrams)\n"
+      "  --credits N          RpcConfig.session_credits: packets in flight per session\n"
+      "                       (default {}; a session gets the smaller of both ends')\n",
+      kDefaultMtu, rpc::RpcConfig{}.session_credits);
 }
 
 }  // namespace bench

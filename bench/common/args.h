@@ -78,14 +78,24 @@ struct EndpointOptions {
   uint32_t sm_timeout_ms = 0;            // 0: NexusConfig's default
   uint32_t failure_timeout_ms = 0;       // 0: NexusConfig's default
   std::size_t bulk_threshold_bytes = 0;  // 0: RpcConfig's default
+  std::size_t session_credits = 0;       // 0: RpcConfig's default
 };
 
 // The flags apply_endpoint_flag() understands, for split_flags().
-inline constexpr std::string_view kEndpointFlags[] = {
-    "--mode",          "--server-uri",         "--client-uri",     "--transport",
-    "--mtu",           "--verbs-device",       "--gid-index",      "--fabric-provider",
-    "--sm-timeout-ms", "--failure-timeout-ms", "--bulk-threshold", "--verbs-bulk",
-    "--udp-offload"};
+inline constexpr std::string_view kEndpointFlags[] = {"--mode",
+                                                      "--server-uri",
+                                                      "--client-uri",
+                                                      "--transport",
+                                                      "--mtu",
+                                                      "--verbs-device",
+                                                      "--gid-index",
+                                                      "--fabric-provider",
+                                                      "--sm-timeout-ms",
+                                                      "--failure-timeout-ms",
+                                                      "--bulk-threshold",
+                                                      "--verbs-bulk",
+                                                      "--udp-offload",
+                                                      "--credits"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

@@ -26,6 +26,7 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   config.udp_offload = ep.udp_offload;
   config.fabric_provider = ep.fabric_provider;
   if (ep.bulk_threshold_bytes != 0) config.bulk_threshold_bytes = ep.bulk_threshold_bytes;
+  if (ep.session_credits != 0) config.session_credits = ep.session_credits;
   if (watch != nullptr) {
     config.session_callback = [watch](rpc::SessionNum sn, rpc::SessionEvent event, rpc::SmErr err) {
       if (event == rpc::SessionEvent::kConnectFailed && !watch->failed) {
@@ -42,6 +43,8 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
 
 JsonObject transport_json(const EndpointOptions& ep) {
   JsonObject o;
+  o.add_uint("session_credits",
+             ep.session_credits != 0 ? ep.session_credits : rpc::RpcConfig{}.session_credits);
   if (ep.transport == "udp") o.add_raw("udp_offload", ep.udp_offload ? "true" : "false");
   if (ep.transport == "fabric") o.add_string("fabric_provider", ep.fabric_provider);
   return o;

@@ -85,9 +85,18 @@ struct RpcConfig {
   // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
   // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.
   std::string fabric_provider = {};
-  // RX ring entries. Each session reserves kSessionCredits of them at both
-  // ends, so this bounds the number of sessions.
+  // RX ring entries. Each session reserves its credits' worth of them at
+  // both ends, so this bounds the number of sessions (rx_ring_size /
+  // session_credits with every session at the default).
   size_t rx_ring_size = 4096;
+  // Packets a client may have in flight on one session (its window), within
+  // [8, rx_ring_size] and at most 65535. A client asks for this many at
+  // connect and gets min(its own, the server's): the bandwidth of one
+  // session over datagrams is about credits x packet size per round trip,
+  // so messages larger than bulk_threshold_bytes on a transport without a
+  // bulk path (udp, fabric shm) move faster with more, at the cost of ring
+  // room (fewer sessions per Rpc). docs/benchmarks.md has the measurements.
+  size_t session_credits = 32;
   // Most sessions (client and server ends) this Rpc keeps at once.
   size_t max_sessions = 1024;
   // Retransmission timeout floor: a slot that made no progress for the

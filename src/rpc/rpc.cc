@@ -63,9 +63,13 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   transport_name_ = transport_->name();
   transport_kind_ = transport_kind_from_name(transport_->name());
   caps_ = transport_->caps();
-  if (caps_.rx_ring_size < kSessionCredits) {
+  if (config.session_credits < kSessionReqWindow || config.session_credits > kMaxSessionCredits) {
+    throw Error(fmt::format("Rpc: session_credits {} must be within [{}, {}]",
+                            config.session_credits, kSessionReqWindow, kMaxSessionCredits));
+  }
+  if (caps_.rx_ring_size < config.session_credits) {
     throw Error(fmt::format("Rpc: rx_ring_size {} is below one session's credits ({})",
-                            caps_.rx_ring_size, kSessionCredits));
+                            caps_.rx_ring_size, config.session_credits));
   }
   transport_->fill_local_routing_info(local_route_);
   max_msg_size_ = max_msg_size_for(caps_.max_data_per_pkt);

@@ -208,10 +208,13 @@ class RpcImpl {
   void send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, SessionNum client_sn,
                            SessionNum server_sn, uint64_t token);
   void send_session_reset(Session& session);
-  size_t ring_room_sessions() const;
+  // RX ring entries not yet reserved by sessions hold `credits` more.
+  bool ring_room_for(size_t credits) const;
+  size_t credits_to_grant(size_t asked) const;
   // sessions.cc
   void set_state(Session& session, SessionState to);
-  Session* alloc_session(SessionRole role);
+  // Reserves `credits` RX ring entries; nullptr without room or memory.
+  Session* alloc_session(SessionRole role, size_t credits);
   void free_session(Session& session);
   void add_tombstone(uint64_t token);
   void fail_client_requests(Session& session, Errc errc);
@@ -257,6 +260,7 @@ class RpcImpl {
   std::vector<std::unique_ptr<Session>> sessions_;  // index = SessionNum
   std::vector<SessionNum> free_session_nums_;
   size_t num_sessions_ = 0;
+  size_t ring_reserved_ = 0;  // RX ring entries the sessions' credits hold
   std::unordered_map<uint64_t, SessionNum> server_sessions_by_token_;
   std::unordered_set<uint64_t> tombstones_;  // tokens of ended server sessions
   std::deque<uint64_t> tombstone_fifo_;      // the same, oldest first

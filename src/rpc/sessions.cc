@@ -35,10 +35,13 @@ void RpcImpl::set_state(Session& session, SessionState to) {
   session.state = to;
 }
 
-Session* RpcImpl::alloc_session(SessionRole role) {
-  if (num_sessions_ >= config_.max_sessions) return nullptr;
+Session* RpcImpl::alloc_session(SessionRole role, size_t credits) {
+  if (num_sessions_ >= config_.max_sessions || !ring_room_for(credits)) return nullptr;
   auto s = std::make_unique<Session>();
   s->role = role;
+  s->max_credits = credits;
+  s->credits = credits;
+  ring_reserved_ += credits;
   s->rtt = RttEstimator(rto_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
   bool ok = true;
@@ -97,6 +100,7 @@ void RpcImpl::free_session(Session& session) {
   if (session.route_resolved) transport_->release_remote_routing_info(session.remote_route);
   if (session.offer_pending) transport_->cancel_connect(session.local_offer);
   const SessionNum sn = session.local_num;
+  ring_reserved_ -= session.max_credits;
   sessions_[sn].reset();
   free_session_nums_.push_back(sn);
   num_sessions_--;

@@ -3,6 +3,8 @@
 // through the Nexus's SM thread, which retransmits requests.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/random.h"
@@ -26,7 +28,16 @@ void bind_to_connect(Session& session, uint64_t token) {
 
 }  // namespace
 
-size_t RpcImpl::ring_room_sessions() const { return caps_.rx_ring_size / kSessionCredits; }
+bool RpcImpl::ring_room_for(size_t credits) const {
+  return ring_reserved_ + credits <= caps_.rx_ring_size;
+}
+
+// What a server grants a client that asks for `asked` credits: never more
+// than its own setting, never below one slot each (a forged ask of 0 would
+// otherwise reserve nothing).
+size_t RpcImpl::credits_to_grant(size_t asked) const {
+  return std::min(std::max(asked, kSessionReqWindow), config_.session_credits);
+}
 
 Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
   RPC_CHECK_OWNER("create_session");
@@ -38,12 +49,13 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
     return Failure{fmt::format("create_session: this Rpc already has max_sessions ({}) sessions",
                                config_.max_sessions)};
   }
-  if (num_sessions_ + 1 > ring_room_sessions()) {
+  if (!ring_room_for(config_.session_credits)) {
     return Failure{fmt::format(
-        "create_session: no RX ring room for another session ({} ring entries, {} per session)",
-        caps_.rx_ring_size, kSessionCredits)};
+        "create_session: no RX ring room for another session ({} of {} ring entries reserved, "
+        "{} more needed: RpcConfig::session_credits)",
+        ring_reserved_, caps_.rx_ring_size, config_.session_credits)};
   }
-  Session* s = alloc_session(SessionRole::kClient);
+  Session* s = alloc_session(SessionRole::kClient, config_.session_credits);
   if (s == nullptr) {
     return Failure{fmt::format("create_session: cannot allocate the session's buffers ({})",
                                allocator_->last_failure_text())};
@@ -70,6 +82,7 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   s->offer_pending = true;
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
+  m.session_credits = static_cast<uint16_t>(config_.session_credits);
   nexus_.sm_send_request(m, *addr);
   return s->local_num;
 }
@@ -144,6 +157,7 @@ void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, Sessi
   if (accepted != nullptr) transport_->fill_connect_answer(accepted->remote_route, resp.routing);
   resp.routing_len = err == SmErr::kNone ? RoutingInfo::kMaxBytes : 0;
   resp.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
+  resp.session_credits = accepted != nullptr ? static_cast<uint16_t>(accepted->max_credits) : 0;
   if (err != SmErr::kNone) stats_.sm_refused++;
   nexus_.sm_send_response(resp, to);
 }
@@ -195,14 +209,15 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   if (num_sessions_ >= config_.max_sessions) {
     return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
   }
-  if (num_sessions_ + 1 > ring_room_sessions()) {
+  const size_t granted = credits_to_grant(m.session_credits);
+  if (!ring_room_for(granted)) {
     return send_sm_resp(m, d.from, SmErr::kNoRingRoom, kInvalidSessionNum);
   }
   RoutingInfo route = m.routing;
   if (!transport_->resolve_remote_routing_info(route)) {
     return send_sm_resp(m, d.from, SmErr::kInvalidRoutingInfo, kInvalidSessionNum);
   }
-  Session* s = alloc_session(SessionRole::kServer);
+  Session* s = alloc_session(SessionRole::kServer, granted);
   if (s == nullptr) {
     transport_->release_remote_routing_info(route);
     RPC_LOG_WARN("Rpc {}: cannot allocate a server session's buffers: {}", config_.rpc_id,
@@ -274,6 +289,12 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   }
   s.remote_num = m.server_session_num;
   s.remote_incarnation = m.incarnation;
+  // Nothing is in flight while connecting. The server's grant is taken at
+  // most at our ask (our ring room) and at least 1 (zero would stall).
+  const size_t granted = std::clamp<size_t>(m.session_credits, 1, s.max_credits);
+  ring_reserved_ -= s.max_credits - granted;
+  s.max_credits = granted;
+  s.credits = granted;
   s.remote_route = route;
   s.route_resolved = true;
   s.remote_src_key = transport_->src_key_of(route);

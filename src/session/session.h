@@ -23,11 +23,11 @@ namespace rpc::detail {
 // slot_index + i * kSessionReqWindow, so the server finds the slot by
 // req_num % kSessionReqWindow.
 inline constexpr size_t kSessionReqWindow = 8;
-// Packets a client may have in flight per session; each session reserves
-// this many RX ring entries at both ends.
-inline constexpr size_t kSessionCredits = 32;
+// Packets a client may have in flight per session (RpcConfig::session_credits,
+// agreed at connect; each session reserves that many RX ring entries at
+// both ends): at most what the SM message's u16 field carries.
+inline constexpr size_t kMaxSessionCredits = 65535;
 static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
-static_assert(kSessionCredits >= kSessionReqWindow, "each slot needs at least one credit");
 // ClientSlot::rtt_sample_index when no packet is being timed.
 inline constexpr size_t kNoSample = SIZE_MAX;
 // Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.
@@ -208,7 +208,10 @@ struct Session {
   // (the transport's connection offer, given back unless the answer uses it).
   RoutingInfo local_offer;
   bool offer_pending = false;
-  size_t credits = kSessionCredits;
+  // Credits agreed at connect (the client's ask until then) and those not in
+  // use; the session reserves max_credits RX ring entries.
+  size_t max_credits = 0;
+  size_t credits = 0;
   std::array<ClientSlot, kSessionReqWindow> cslots;
   std::array<ServerSlot, kSessionReqWindow> sslots;
   std::deque<BacklogEntry> backlog;  // allocates only when the window is full

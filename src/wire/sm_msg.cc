@@ -25,13 +25,16 @@ constexpr size_t kOffIncarnation = 18;
 constexpr size_t kIncarnationBytes = 6;  // 18..23: 48-bit little-endian
 constexpr size_t kOffToken = 24;
 constexpr size_t kOffRouting = 32;
-constexpr size_t kOffMaxDataPerPkt = 80;  // v2
+constexpr size_t kOffMaxDataPerPkt = 80;   // v2
+constexpr size_t kOffSessionCredits = 84;  // v3
+constexpr size_t kOffReserved = 86;        // v3: zero on the wire, ignored
 
 static_assert(kOffToken + 8 == kSmEnvelopeBytes, "the envelope ends with the token");
 static_assert(kOffIncarnation + kIncarnationBytes == kOffToken, "incarnation fills 18..23");
 static_assert(kOffRouting + RoutingInfo::kMaxBytes == kOffMaxDataPerPkt,
               "max_data_per_pkt follows the routing info");
-static_assert(kOffMaxDataPerPkt + 4 == kSmMsgBytes, "max_data_per_pkt ends the message");
+static_assert(kOffMaxDataPerPkt + 4 == kOffSessionCredits, "credits follow max_data_per_pkt");
+static_assert(kOffReserved + 2 == kSmMsgBytes, "two reserved bytes end the message");
 static_assert(kSmMsgBytes <= 0xffff, "length must fit its u16 field");
 
 void put_u16(uint8_t* p, uint16_t v) {
@@ -109,6 +112,8 @@ size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
   std::memcpy(p + kOffRouting, msg.routing.bytes.data(), used);
   std::memset(p + kOffRouting + used, 0, RoutingInfo::kMaxBytes - used);
   put_u32(p + kOffMaxDataPerPkt, msg.max_data_per_pkt);
+  put_u16(p + kOffSessionCredits, msg.session_credits);
+  put_u16(p + kOffReserved, 0);
   return kSmMsgBytes;
 }
 
@@ -147,6 +152,7 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   out.routing = RoutingInfo{};
   std::memcpy(out.routing.bytes.data(), p + kOffRouting, out.routing_len);
   out.max_data_per_pkt = get_u32(p + kOffMaxDataPerPkt);
+  out.session_credits = get_u16(p + kOffSessionCredits);
   return SmDecodeStatus::kOk;
 }
 

@@ -23,13 +23,18 @@
 //   32  48   routing             sender's datapath routing info
 //   80   4   max_data_per_pkt    sender Rpc's data bytes per packet (v2; 0 where
 //                                 meaningless: heartbeats, probes, refusals)
-//   84       (end)
+//   84   2   session_credits     v3. kConnectReq: the credits the client asks
+//                                 for; kConnectResp: the credits granted (at
+//                                 most those asked); 0 in every other message
+//   86   2   reserved            v3: sent as zero, ignored
+//   88       (end)
 //
 // Bytes 0..8 (magic, version, length, type) and the token are the envelope: they keep their place
 // in every version, so a peer can refuse a message of another version by token.
 //
 // Version history: 1 = 80 bytes, types 1..5. 2 = max_data_per_pkt appended,
-// types 6..9 (probes, session reset) added.
+// types 6..9 (probes, session reset) added. 3 = 88 bytes: session_credits
+// negotiated at connect (RpcConfig::session_credits) and two reserved bytes.
 //
 // Routing on the receiving Nexus's SM thread (sm_thread.cc; every message
 // first proves its sender alive, see "Incarnations" below):
@@ -70,8 +75,8 @@
 namespace rpc::detail {
 
 inline constexpr uint32_t kSmMagic = 0x4350524C;  // "LRPC" in byte order
-inline constexpr uint16_t kSmVersion = 2;
-inline constexpr size_t kSmMsgBytes = 84;
+inline constexpr uint16_t kSmVersion = 3;
+inline constexpr size_t kSmMsgBytes = 88;
 inline constexpr size_t kSmEnvelopeBytes = 32;  // magic..token
 inline constexpr uint64_t kIncarnationMask = (1ull << 48) - 1;
 
@@ -130,6 +135,7 @@ struct SmMsg {
   uint64_t incarnation = 0;  // set by the sending Nexus
   RoutingInfo routing;
   uint32_t max_data_per_pkt = 0;  // sender Rpc's data bytes per packet; 0 where meaningless
+  uint16_t session_credits = 0;   // connect: asked (request) / granted (response); else 0
 
   // Expects a response (connect, disconnect, session reset, probe).
   bool is_request() const {

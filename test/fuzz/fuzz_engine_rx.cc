@@ -317,7 +317,7 @@ struct World {
     }
     if (!client->is_connected(a)) fail("session A is no longer connected");
     const Session& s = client_session(a);
-    if (s.credits != kSessionCredits) fail("session A's credits leaked");
+    if (s.credits != s.max_credits) fail("session A's credits leaked");
     for (const ClientSlot& slot : s.cslots) {
       if (slot.active || slot.in_stall_queue) fail("session A has a slot still busy");
     }

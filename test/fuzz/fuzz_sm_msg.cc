@@ -17,7 +17,8 @@ using namespace rpc::detail;
 
 namespace {
 
-constexpr size_t kOffMaxDataPerPkt = 80;  // v2: after the 48 routing bytes
+constexpr size_t kOffMaxDataPerPkt = 80;   // v2: after the 48 routing bytes
+constexpr size_t kOffSessionCredits = 84;  // v3, then two reserved bytes
 
 bool same(const SmMsg& a, const SmMsg& b) {
   return a.type == b.type && a.err == b.err && a.transport == b.transport &&
@@ -25,7 +26,7 @@ bool same(const SmMsg& a, const SmMsg& b) {
          a.routing_len == b.routing_len && a.client_session_num == b.client_session_num &&
          a.server_session_num == b.server_session_num && a.token == b.token &&
          a.incarnation == b.incarnation && a.routing.bytes == b.routing.bytes &&
-         a.max_data_per_pkt == b.max_data_per_pkt;
+         a.max_data_per_pkt == b.max_data_per_pkt && a.session_credits == b.session_credits;
 }
 
 uint64_t read_le(const uint8_t* p, size_t n) {
@@ -70,14 +71,16 @@ void check_decode(const uint8_t* data, size_t size) {
     FUZZ_CHECK(m.routing.bytes[i] == 0);  // canonical: unused routing bytes are zero
   }
   FUZZ_CHECK(m.max_data_per_pkt == read_le(data + kOffMaxDataPerPkt, 4));
+  FUZZ_CHECK(m.session_credits == read_le(data + kOffSessionCredits, 2));
   // Re-encoding reproduces the datagram, except routing bytes past
-  // routing_len, which go out as zeros.
+  // routing_len and the reserved bytes, which go out as zeros.
   std::array<uint8_t, kSmMsgBytes> out{};
   FUZZ_CHECK(encode_sm_msg(m, out) == kSmMsgBytes);
   const size_t meaningful = kSmEnvelopeBytes + m.routing_len;
   FUZZ_CHECK(std::memcmp(out.data(), data, meaningful) == 0);
   for (size_t i = meaningful; i < kOffMaxDataPerPkt; i++) FUZZ_CHECK(out[i] == 0);
-  FUZZ_CHECK(std::memcmp(out.data() + kOffMaxDataPerPkt, data + kOffMaxDataPerPkt, 4) == 0);
+  FUZZ_CHECK(std::memcmp(out.data() + kOffMaxDataPerPkt, data + kOffMaxDataPerPkt, 6) == 0);
+  FUZZ_CHECK(out[kOffSessionCredits + 2] == 0 && out[kOffSessionCredits + 3] == 0);
   // ... and decodes to the same message.
   SmMsg again;
   FUZZ_CHECK(decode_sm_msg(out, again) == SmDecodeStatus::kOk);
@@ -86,7 +89,7 @@ void check_decode(const uint8_t* data, size_t size) {
 
 // The input's first bytes as the fields of a message to send.
 void check_encode(const uint8_t* data, size_t size) {
-  std::array<uint8_t, 8 + 2 + 2 + 8 + 8 + RoutingInfo::kMaxBytes + 4> in{};
+  std::array<uint8_t, 8 + 2 + 2 + 8 + 8 + RoutingInfo::kMaxBytes + 4 + 2> in{};
   std::memcpy(in.data(), data, std::min(size, in.size()));
   SmMsg m;
   m.type = static_cast<SmMsgType>(in[0]);
@@ -101,6 +104,7 @@ void check_encode(const uint8_t* data, size_t size) {
   m.incarnation = read_le(&in[20], 8);
   std::memcpy(m.routing.bytes.data(), &in[28], RoutingInfo::kMaxBytes);
   m.max_data_per_pkt = static_cast<uint32_t>(read_le(&in[28 + RoutingInfo::kMaxBytes], 4));
+  m.session_credits = static_cast<uint16_t>(read_le(&in[32 + RoutingInfo::kMaxBytes], 2));
 
   std::array<uint8_t, kSmMsgBytes> out{};
   FUZZ_CHECK(encode_sm_msg(m, out) == kSmMsgBytes);

@@ -17,18 +17,20 @@ def pkt_hdr(ptype, req_type, msg_size, session, pkt_num, req_num, bulk=0, status
     return struct.pack('<QQ', w0, w1)
 
 
-SM_MAGIC, SM_VERSION, SM_BYTES = 0x4350524C, 2, 84
+SM_MAGIC, SM_VERSION, SM_BYTES = 0x4350524C, 3, 88
 
 
 def sm_msg(mtype, err=0, transport=1, client_rpc=0, server_rpc=1, routing=b'',
            client_sn=0, server_sn=0xFFFF, incarnation=0x123456789A, token=0x1122334455667788,
-           version=SM_VERSION, length=SM_BYTES, max_data_per_pkt=0):
+           version=SM_VERSION, length=SM_BYTES, max_data_per_pkt=0, credits=0):
     head = struct.pack('<IHHBBBBBBHH', SM_MAGIC, version, length, mtype, err, transport,
                        client_rpc, server_rpc, len(routing), client_sn, server_sn)
     inc = (incarnation & ((1 << 48) - 1)).to_bytes(6, 'little')
     body = head + inc + struct.pack('<Q', token) + routing.ljust(48, b'\0')
     if version >= 2:  # v2 appends the sender's data bytes per packet
         body += struct.pack('<I', max_data_per_pkt)
+    if version >= 3:  # v3: session credits asked or granted, two reserved bytes
+        body += struct.pack('<HH', credits, 0)
     return body
 
 
@@ -58,9 +60,9 @@ def main():
 
     # fuzz_sm_msg: one datagram each.
     t = 'fuzz_sm_msg'
-    write(t, 'connect_req', sm_msg(1, routing=udp_routing(), max_data_per_pkt=1456))
+    write(t, 'connect_req', sm_msg(1, routing=udp_routing(), max_data_per_pkt=1456, credits=32))
     write(t, 'connect_resp', sm_msg(2, routing=udp_routing(port=40001), server_sn=3,
-                                    max_data_per_pkt=1456))
+                                    max_data_per_pkt=1456, credits=32))
     write(t, 'connect_refused', sm_msg(2, err=3))
     write(t, 'connect_refused_pkt_size', sm_msg(2, err=10))
     write(t, 'disconnect_req', sm_msg(3, client_sn=1, server_sn=3))
@@ -72,6 +74,8 @@ def main():
     # A version-1 peer: its 80-byte connect request, and the envelope alone.
     write(t, 'other_version', sm_msg(1, version=1, length=80)[:32])
     write(t, 'v1_connect_req', sm_msg(1, routing=udp_routing(), version=1, length=80))
+    write(t, 'v2_connect_req', sm_msg(1, routing=udp_routing(), version=2, length=84,
+                                      max_data_per_pkt=1456))
 
     # fuzz_engine_rx: [echo_sel][b_sel] then datagrams [mode][len][bytes]
     # (mode bits are documented in fuzz_engine_rx.cc).
