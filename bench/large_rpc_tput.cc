@@ -140,7 +140,8 @@ void print_plan(const Options& opt) {
   fmt::print(
       "large_rpc_tput: transport {}, mtu {}, 1 session, window {}, {} B responses, sizes {}, "
       "{} s measured per size\n",
-      opt.ep.transport, opt.ep.mtu, opt.window, opt.resp_size, sizes, opt.duration_s);
+      opt.ep.transport, bench::mtu_name(opt.ep.mtu), opt.window, opt.resp_size, sizes,
+      opt.duration_s);
   std::fflush(stdout);
 }
 
@@ -226,7 +227,7 @@ int run_server_mode(const Options& opt) {
   fmt::print(
       "large_rpc_tput server: rpc {} on {} (transport {}, mtu {}), not pinned, busy-polling, "
       "handlers in the event loop; Ctrl-C to stop\n",
-      kServerRpcId, nexus.uri(), opt.ep.transport, opt.ep.mtu);
+      kServerRpcId, nexus.uri(), opt.ep.transport, bench::mtu_name(opt.ep.mtu));
   std::fflush(stdout);
   const std::uint64_t served = bench::serve_until_stopped(kProgram, server, /*progress=*/true);
   fmt::print("large_rpc_tput server: stopping after {} requests\n", served);

@@ -300,8 +300,8 @@ void print_plan(const Options& opt) {
   fmt::print(
       "latency: transport {}, mtu {}, 1 outstanding request, echo of the same size, "
       "sizes {} B, {} warmup + {} measured round trips per size{}\n",
-      opt.ep.transport, opt.ep.mtu, fmt::join(opt.sizes, ","), opt.warmup, opt.iters,
-      opt.duration_s ? fmt::format(" (at most {} s each)", *opt.duration_s) : "");
+      opt.ep.transport, bench::mtu_name(opt.ep.mtu), fmt::join(opt.sizes, ","), opt.warmup,
+      opt.iters, opt.duration_s ? fmt::format(" (at most {} s each)", *opt.duration_s) : "");
   std::fflush(stdout);
 }
 
@@ -327,7 +327,7 @@ int run_server_mode(const Options& opt) {
   fmt::print(
       "latency server: rpc {} on {} (transport {}, mtu {}), busy-polling, echo handler in the "
       "event loop; Ctrl-C to stop\n",
-      kServerRpcId, nexus.uri(), opt.ep.transport, opt.ep.mtu);
+      kServerRpcId, nexus.uri(), opt.ep.transport, bench::mtu_name(opt.ep.mtu));
   std::fflush(stdout);
   const std::uint64_t served = bench::serve_until_stopped(kProgram, server, /*progress=*/false);
   fmt::print("latency server: stopping after {} requests\n", served);

@@ -155,7 +155,7 @@ void print_plan(const Options& opt) {
   fmt::print(
       "small_rpc_tput: transport {}, mtu {}, {} B requests and responses (echo), window {} x "
       "{} session{} per client thread, {} s measured{}\n",
-      opt.ep.transport, opt.ep.mtu, opt.size, opt.window, opt.sessions,
+      opt.ep.transport, bench::mtu_name(opt.ep.mtu), opt.size, opt.window, opt.sessions,
       opt.sessions == 1 ? "" : "s", opt.duration_s,
       opt.window > kDefaultWindow ? " (requests beyond 8 per session wait in the backlog)" : "");
   std::fflush(stdout);
@@ -280,8 +280,8 @@ int run_server_mode(const Options& opt) {
   fmt::print(
       "small_rpc_tput server: rpc_ids 0..{} on {} (transport {}, mtu {}), {} server thread{}, "
       "not pinned, busy-polling, echo handler in the event loop; Ctrl-C to stop\n",
-      opt.server_threads - 1, nexus.uri(), opt.ep.transport, opt.ep.mtu, opt.server_threads,
-      opt.server_threads == 1 ? "" : "s");
+      opt.server_threads - 1, nexus.uri(), opt.ep.transport, bench::mtu_name(opt.ep.mtu),
+      opt.server_threads, opt.server_threads == 1 ? "" : "s");
   std::fflush(stdout);
   const std::uint64_t served = bench::serve_until_stopped(kProgram, servers, /*progress=*/true);
   fmt::print("small_rpc_tput server: stopping after {} requests\n", served);

@@ -61,6 +61,15 @@ constexpr size_t kSockaddrPortOffset = offsetof(FabricRoutingInfo, addr) + 2;
 
 }  // namespace
 
+TEST_CASE("an mtu_bytes set by the user bounds the fabric packet size", "[fabric]") {
+  const std::string provider = GENERATE(from_range(providers_under_test()));
+  INFO("provider " << provider);
+  RpcConfig config = fabric_config(provider);
+  config.mtu_bytes = 2000;
+  FabricTransport a(config, "127.0.0.1");
+  CHECK(a.caps().max_pkt_bytes == 2000);
+}
+
 TEST_CASE("fabric endpoints exchange datagrams and name their source", "[fabric]") {
   const std::string provider = GENERATE(from_range(providers_under_test()));
   INFO("provider " << provider);
@@ -71,7 +80,8 @@ TEST_CASE("fabric endpoints exchange datagrams and name their source", "[fabric]
   // "never resolved" case below shows why on a provider that does it right).
   CHECK(a.knows_sources() == (provider != "shm"));
   const TransportCaps caps = a.caps();
-  CHECK(caps.max_pkt_bytes == RpcConfig{}.mtu_bytes);
+  // mtu_bytes 0: shm's inject size (4096: sent with no rendezvous), else 1500
+  CHECK(caps.max_pkt_bytes == (provider == "shm" ? 4096u : 1500u));
   CHECK(caps.max_data_per_pkt == caps.max_pkt_bytes - kPktHeaderBytes);
   CHECK(caps.bulk == (provider != "shm"));  // see "shm is asked for offset addressing"
   // A full-size datagram goes out zero copy, a bare header injected

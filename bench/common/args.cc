@@ -156,7 +156,7 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
     if (value.empty()) throw UsageError("--transport: empty name");
     ep.transport = std::string(value);
   } else if (flag.name == "--mtu") {
-    ep.mtu = static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, 65535));
+    ep.mtu = static_cast<std::size_t>(parse_unsigned(flag.name, value, 0, 65535));
   } else if (flag.name == "--verbs-device") {
     if (value.empty()) throw UsageError("--verbs-device: empty name");
     ep.verbs_device = std::string(value);
@@ -218,6 +218,8 @@ void check_endpoint_options(const EndpointOptions& ep, bool client_flag_given,
   }
 }
 
+std::string mtu_name(std::size_t mtu) { return mtu == 0 ? "auto" : fmt::format("{}", mtu); }
+
 std::string endpoint_usage() {
   return fmt::format(
       "  --server-uri H:P     server Nexus URI (required for server/client mode;\n"
@@ -225,7 +227,8 @@ std::string endpoint_usage() {
       "  --client-uri H:P     client Nexus URI (client mode; default: the local address\n"
       "                       that routes to the server, port 0)\n"
       "  --transport NAME     RpcConfig.transport (default udp)\n"
-      "  --mtu BYTES          RpcConfig.mtu_bytes (default {}); must match the server's\n"
+      "  --mtu BYTES          RpcConfig.mtu_bytes (default 0: the transport's own packet\n"
+      "                       size, udp 1500, fabric shm 4096); must match the server's\n"
       "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
       "  --gid-index N|auto   verbs: the GID index to address the port by (default auto:\n"
       "                       the RoCEv2 GID of the Nexus's IP, else one with an address)\n"
@@ -246,7 +249,7 @@ std::string endpoint_usage() {
       "                       a huge value keeps every message on datagrams)\n"
       "  --credits N          RpcConfig.session_credits: packets in flight per session\n"
       "                       (default {}; a session gets the smaller of both ends')\n",
-      kDefaultMtu, rpc::RpcConfig{}.session_credits);
+      rpc::RpcConfig{}.session_credits);
 }
 
 }  // namespace bench

@@ -27,7 +27,7 @@ struct RunError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr std::size_t kDefaultMtu = 1500;
+inline constexpr std::size_t kDefaultMtu = 0;  // RpcConfig's: the transport's own
 
 // A decimal integer in [min, max]. Throws UsageError naming `flag`.
 std::uint64_t parse_unsigned(std::string_view flag, std::string_view text, std::uint64_t min,
@@ -80,6 +80,9 @@ struct EndpointOptions {
   std::size_t bulk_threshold_bytes = 0;  // 0: RpcConfig's default
   std::size_t session_credits = 0;       // 0: RpcConfig's default
 };
+
+// "--mtu" as printed: the number, or "auto" for the transport's own (0).
+std::string mtu_name(std::size_t mtu);
 
 // The flags apply_endpoint_flag() understands, for split_flags().
 inline constexpr std::string_view kEndpointFlags[] = {"--mode",

@@ -57,10 +57,16 @@ struct RpcConfig {
   // datagrams; where the library was built with libibverbs), "fabric"
   // (libfabric RDM endpoints, e.g. AWS EFA; where built with libfabric).
   std::string transport = "udp";
-  // Link MTU in bytes, as configured on the interface. The udp transport
-  // subtracts IP and UDP headers: 1500 gives 1472-byte datagrams. Loopback
-  // and jumbo-frame networks may use up to 65535.
-  size_t mtu_bytes = 1500;
+  // Packet size bounds, in bytes; both ends of a session must end up with
+  // the same packet size. 0 (default): the transport's own choice — udp
+  // 1500 (a standard Ethernet link), verbs the port's active MTU, fabric
+  // the provider's inject size where it is at least 1500 (shm: 4096,
+  // copied through its shared queue with no rendezvous), else 1500.
+  // Otherwise the link MTU as configured on the interface: udp subtracts
+  // IP and UDP headers (1500 gives 1472-byte datagrams), verbs and fabric
+  // take the smaller of it and the port's MTU or the provider's largest
+  // message. Loopback and jumbo-frame networks may use up to 65535.
+  size_t mtu_bytes = 0;
   // udp: hand runs of equal-size datagrams to one destination to the kernel
   // as one send (UDP GSO, UDP_SEGMENT), and let it hand them back merged
   // (UDP GRO), where the kernel has them (Linux >= 5.0); each falls back

@@ -26,6 +26,10 @@ namespace {
 
 constexpr uint32_t kFabricApiVersion = FI_VERSION(1, 14);
 constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
+// mtu_bytes 0: at least an Ethernet frame, at most a jumbo frame (a provider
+// with a huge inject size would otherwise make the RX ring huge).
+constexpr size_t kDefaultMtuBytes = 1500;
+constexpr size_t kMaxAutoPktBytes = 9000;
 // Sends refused for lack of resources (-FI_EAGAIN) are retried after
 // driving progress this many times before the datagram is dropped (the RTO
 // then recovers it), so a stuck peer cannot stall the event loop.
@@ -281,7 +285,16 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       }
     }
 
-    caps_.max_pkt_bytes = std::min(config.mtu_bytes, info_->ep_attr->max_msg_size);
+    // mtu_bytes 0: a packet the provider sends without a rendezvous where
+    // it says how large one may be (its inject size, shm: 4096: eight
+    // times fewer packets than 1500 for 3-4x the goodput on shm), else an
+    // Ethernet frame's worth. Larger packets go through the provider's
+    // segmentation or rendezvous and lose more than they save (shm at
+    // 8192: less than half the goodput of 4096).
+    const size_t auto_mtu =
+        std::clamp<size_t>(info_->tx_attr->inject_size, kDefaultMtuBytes, kMaxAutoPktBytes);
+    caps_.max_pkt_bytes =
+        std::min(config.mtu_bytes == 0 ? auto_mtu : config.mtu_bytes, info_->ep_attr->max_msg_size);
     if (caps_.max_pkt_bytes < kMinPktBytes) {
       fail(fmt::format("packet size {} (mtu_bytes or the provider's max_msg_size) is below {}",
                        caps_.max_pkt_bytes, kMinPktBytes),

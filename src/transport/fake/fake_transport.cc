@@ -24,6 +24,7 @@ static_assert(kRoutingMagicOffset + sizeof(uint32_t) <= RoutingInfo::kMaxBytes);
 // Smallest MTU worth testing with: a header plus a useful amount of data.
 constexpr size_t kMinMtuBytes = kPktHeaderBytes + 64;
 constexpr size_t kMaxMtuBytes = 65535;
+constexpr size_t kDefaultMtuBytes = 1500;  // mtu_bytes 0
 
 uint32_t read_u32(const RoutingInfo& info, size_t offset) {
   uint32_t value;
@@ -211,12 +212,13 @@ void FakeNetwork::deliver_locked(FakePacket packet) {
 // --- FakeTransport ---
 
 FakeTransport::FakeTransport(const RpcConfig& config) {
-  if (config.mtu_bytes < kMinMtuBytes || config.mtu_bytes > kMaxMtuBytes) {
-    throw Error("fake transport: mtu_bytes " + std::to_string(config.mtu_bytes) + " outside [" +
+  const size_t mtu_bytes = config.mtu_bytes == 0 ? kDefaultMtuBytes : config.mtu_bytes;
+  if (mtu_bytes < kMinMtuBytes || mtu_bytes > kMaxMtuBytes) {
+    throw Error("fake transport: mtu_bytes " + std::to_string(mtu_bytes) + " outside [" +
                 std::to_string(kMinMtuBytes) + ", " + std::to_string(kMaxMtuBytes) + "]");
   }
   if (config.rx_ring_size == 0) throw Error("fake transport: rx_ring_size must be nonzero");
-  caps_.max_pkt_bytes = config.mtu_bytes;
+  caps_.max_pkt_bytes = mtu_bytes;
   caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
   caps_.rx_ring_size = config.rx_ring_size;
   caps_.max_inline_bytes = 0;

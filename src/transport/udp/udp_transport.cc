@@ -26,6 +26,7 @@ constexpr size_t kIpv4UdpHeaderBytes = 20 + 8;
 // little data. Anything lower is a misconfiguration, not a tiny link.
 constexpr size_t kMinMtuBytes = kIpv4UdpHeaderBytes + kPktHeaderBytes + 64;
 constexpr size_t kMaxMtuBytes = 65535;
+constexpr size_t kDefaultMtuBytes = 1500;  // mtu_bytes 0: a standard Ethernet link
 // 65535 minus the IPv4 and UDP headers: the largest UDP payload over IPv4.
 constexpr size_t kMaxUdpPayloadBytes = 65507;
 // sendmmsg calls that may hit a full socket buffer (EAGAIN/ENOBUFS) in one
@@ -77,14 +78,15 @@ void set_buffer_bytes(int fd, int force_opt, int opt, size_t bytes) {
 }  // namespace
 
 UdpTransport::UdpTransport(const RpcConfig& config, const std::string& bind_ip) {
-  if (config.mtu_bytes < kMinMtuBytes || config.mtu_bytes > kMaxMtuBytes) {
-    throw Error("udp transport: mtu_bytes " + std::to_string(config.mtu_bytes) + " outside [" +
+  const size_t mtu_bytes = config.mtu_bytes == 0 ? kDefaultMtuBytes : config.mtu_bytes;
+  if (mtu_bytes < kMinMtuBytes || mtu_bytes > kMaxMtuBytes) {
+    throw Error("udp transport: mtu_bytes " + std::to_string(mtu_bytes) + " outside [" +
                     std::to_string(kMinMtuBytes) + ", " + std::to_string(kMaxMtuBytes) + "]",
                 EINVAL);
   }
   if (config.rx_ring_size == 0) throw Error("udp transport: rx_ring_size is 0", EINVAL);
 
-  caps_.max_pkt_bytes = std::min(config.mtu_bytes - kIpv4UdpHeaderBytes, kMaxUdpPayloadBytes);
+  caps_.max_pkt_bytes = std::min(mtu_bytes - kIpv4UdpHeaderBytes, kMaxUdpPayloadBytes);
   caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
   caps_.rx_ring_size = config.rx_ring_size;
   caps_.max_inline_bytes = 0;

@@ -121,7 +121,9 @@ VerbsTransport::VerbsTransport(const RpcConfig& config, const std::string& nexus
       device_name_ = name;
       use_grh_ = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
       local_lid_ = pa.lid;
-      caps_.max_pkt_bytes = std::min(config.mtu_bytes, mtu_enum_to_bytes(pa.active_mtu));
+      // mtu_bytes 0: the port's own MTU.
+      const size_t port_mtu = mtu_enum_to_bytes(pa.active_mtu);
+      caps_.max_pkt_bytes = config.mtu_bytes == 0 ? port_mtu : std::min(config.mtu_bytes, port_mtu);
     }
     ibv_free_device_list(list);
     if (ctx_ == nullptr) {
