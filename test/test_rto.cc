@@ -31,6 +31,23 @@ TEST_CASE("the RTT estimator follows RFC 6298 and keeps to its floor", "[unit]")
   CHECK(slow.rto_ns() == RttEstimator::kMaxRtoNs);
 }
 
+TEST_CASE("a backed-off RTO doubles per timeout but stays within kMaxRtoNs", "[unit]") {
+  RttEstimator rtt(2'000'000);  // 2 ms floor, no sample
+  CHECK(rtt.backed_off_rto_ns(0) == 2'000'000);
+  CHECK(rtt.backed_off_rto_ns(3) == 16'000'000);
+  // A session whose RTO grew to 100 ms on a loaded machine: 200, 400, 800
+  // ms, then 1 s, not 6.4 s after six timeouts
+  RttEstimator loaded(2'000'000);
+  loaded.add_sample(50'000'000);
+  REQUIRE(loaded.rto_ns() == 150'000'000);
+  CHECK(loaded.backed_off_rto_ns(2) == 600'000'000);
+  CHECK(loaded.backed_off_rto_ns(3) == RttEstimator::kMaxRtoNs);
+  CHECK(loaded.backed_off_rto_ns(6) == RttEstimator::kMaxRtoNs);
+  // A floor above the cap is kept
+  RttEstimator high(3 * RttEstimator::kMaxRtoNs);
+  CHECK(high.backed_off_rto_ns(4) == 3 * RttEstimator::kMaxRtoNs);
+}
+
 TEST_CASE("a server slower than the RTO is retransmitted to at doubling intervals", "[protocol]") {
   // Given a 1 ms RTO floor and a server that answers each request after 12 ms
   Pair p(RpcConfig{.rto_us = 1000}, RpcConfig{.rto_us = 1000});

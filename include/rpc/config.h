@@ -109,7 +109,8 @@ struct RpcConfig {
   // session's RTO rolls back and resends (go-back-N). The RTO is measured
   // as TCP does (RFC 6298: smoothed round trip + 4 x its variation, from
   // packets sent once), never below this; a slot's doubles for each of its
-  // timeouts in a row (at most 64x); SessionStats has srtt_us, rto_us.
+  // timeouts in a row (at most 64x, and never past 1 s unless this floor
+  // is higher); SessionStats has srtt_us, rto_us.
   uint64_t rto_us = 5000;
   // Upper bound on waiting: a request that receives nothing for this long
   // (server silent, its Rpc gone, or a handler that never responds) fails

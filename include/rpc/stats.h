@@ -45,6 +45,8 @@ struct RpcStats {
   uint64_t requests_completed = 0;        // client side
   uint64_t handlers_run = 0;              // server side
   uint64_t duplicate_requests = 0;        // answered from a slot's cache
+  uint64_t credit_returns_coalesced = 0;  // server: explicit credit returns folded into a
+                                          // later one for the same request (cumulative)
   uint64_t bulk_reads = 0;                // one-sided reads posted (large messages)
   uint64_t bulk_reads_failed = 0;         // completed with an error (the sender retries)
   uint64_t bulk_reads_orphaned = 0;       // whose reader stopped waiting (request failed,

@@ -34,7 +34,9 @@ bool RpcImpl::scan_client_session(Session& session) {
     }
     // Nothing in flight (waiting for credits or a bulk read) is not loss.
     if (slot.bulk_read != kNoBulkRead || slot.num_tx == slot.num_rx) continue;
-    if (now_ns_ - slot.progress_ns >= session.rtt.rto_ns() << slot.rto_backoff) rollback(slot);
+    if (now_ns_ - slot.progress_ns >= session.rtt.backed_off_rto_ns(slot.rto_backoff)) {
+      rollback(slot);
+    }
   }
   return true;
 }

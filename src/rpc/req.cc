@@ -188,13 +188,11 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
         if (last_pkt) {
           invoke_handler(session, slot, hdr.req_type());
         } else {
-          tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
-                                        hdr.pkt_num(), req_num));
+          tx_credit_return(session, hdr.req_type(), hdr.pkt_num(), req_num);
         }
       } else if (pkt_num < slot.req_rx) {  // our credit return was lost
         stats_.drops.stale++;
-        tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
-                                      hdr.pkt_num(), req_num));
+        tx_credit_return(session, hdr.req_type(), hdr.pkt_num(), req_num);
       } else {
         stats_.drops.out_of_order++;
       }
@@ -210,8 +208,7 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
     case ServerSlotState::kInHandler:
       if (!last_pkt) {
         stats_.drops.stale++;
-        tx_ctrl(session, PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num,
-                                      hdr.pkt_num(), req_num));
+        tx_credit_return(session, hdr.req_type(), hdr.pkt_num(), req_num);
       } else {
         stats_.drops.busy++;  // the response is on its way
       }
@@ -327,8 +324,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   set_slot_state(slot, ServerSlotState::kReceiving);
   slot.rx_deadline_ns = now_ns_ + partial_request_timeout_ns_ +
                         uint64_t{msg_size} * 1'000'000'000 / kMinRxBytesPerSec;
-  tx_ctrl(session,
-          PktHdr::make(PktType::kExplCr, hdr.req_type(), 0, session.remote_num, 0, slot.req_num));
+  tx_credit_return(session, hdr.req_type(), 0, slot.req_num);
 }
 
 void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_type) {

@@ -135,6 +135,7 @@ class RpcImpl {
                   Session& session);
   uint8_t* ctrl_hdr_slot();
   void tx_ctrl(Session& session, const PktHdr& hdr);
+  void tx_credit_return(Session& session, ReqType req_type, size_t pkt_num, uint64_t req_num);
   void tx_flush();
   bool inject_drop();
   // req.cc (client)
@@ -271,6 +272,10 @@ class RpcImpl {
   size_t tx_batch_size_ = 0;
   std::array<std::array<uint8_t, kPktHeaderBytes>, kTxBatch> ctrl_hdrs_{};
   size_t ctrl_hdr_next_ = 0;
+  // The latest credit return still in the TX batch, and its session: a
+  // later one for the same request replaces it (tx_credit_return).
+  uint8_t* last_cr_hdr_ = nullptr;
+  const Session* last_cr_session_ = nullptr;
 
   // RX burst.
   static constexpr size_t kRxBatch = 32;

@@ -37,6 +37,14 @@ class RttEstimator {
     if (samples_ == 0) return std::max<uint64_t>(floor_ns_, 1);
     return std::clamp(srtt_ns_ + 4 * rttvar_ns_, floor_ns_, std::max(floor_ns_, kMaxRtoNs));
   }
+  // After `backoff` timeouts in a row: doubled each time, but never past
+  // kMaxRtoNs (or the floor, if that is higher). Uncapped, a session whose
+  // RTO grew on a loaded machine (descheduled peers inflate the samples)
+  // waited up to 64 s between retransmissions of a slot.
+  uint64_t backed_off_rto_ns(unsigned backoff) const {
+    const uint64_t rto = rto_ns();
+    return std::min(rto << backoff, std::max(rto, kMaxRtoNs));
+  }
   uint64_t srtt_ns() const { return srtt_ns_; }
   uint64_t rttvar_ns() const { return rttvar_ns_; }
 

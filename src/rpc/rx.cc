@@ -134,7 +134,21 @@ void RpcImpl::client_process_cr(Session& session, const PktHdr& hdr) {
     stats_.drops.bad_header++;
     return;
   }
-  if (!client_accept(*slot, hdr.pkt_num())) return;
+  // Cumulative: it answers every request packet up to pkt_num (the server
+  // folds the returns of a burst into one). Nothing is taken from one that
+  // names a packet not yet sent.
+  const size_t last = hdr.pkt_num();
+  if (last >= slot->num_tx) {
+    stats_.drops.out_of_order++;
+    return;
+  }
+  if (last < slot->num_rx) {
+    (void)client_accept(*slot, last);  // a second answer: counted there
+    return;
+  }
+  while (slot->num_rx <= last) {
+    if (!client_accept(*slot, slot->num_rx)) return;
+  }
   client_try_send(*slot);
 }
 
