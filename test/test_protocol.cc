@@ -196,21 +196,33 @@ TEST_CASE("multi-packet messages use credit returns for the request and RFRs for
   CHECK(f.client->stats().retransmissions == 0);
 }
 
+// A 60-packet echo (below the bulk threshold) started with the server's
+// credit returns held back: the client stops once its credits run out.
+struct HeldCreditEcho {
+  MsgBuffer req;
+  MsgBuffer resp;
+  Outcome out;
+
+  HeldCreditEcho(FakePair& f, uint64_t seed) {
+    const uint32_t server_ep = endpoint_of(*f.server);
+    FakeNetwork::instance().set_capture(true);
+    FakeNetwork::instance().set_filter([server_ep](const FakePacket& p) {
+      return p.src == server_ep && hdr_of(p).pkt_type() == PktType::kExplCr ? FakeVerdict::kHold
+                                                                            : FakeVerdict::kDeliver;
+    });
+    req = f.client->alloc_msg_buffer(f.dpp() * 60);
+    resp = f.client->alloc_msg_buffer(f.dpp() * 60);
+    fill_pattern(req, seed);
+    REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
+    for (int i = 0; i < 10; i++) f.pump();
+  }
+};
+
 TEST_CASE("a credit return answers every request packet up to its own, never past those sent") {
   FakePair f;
   const uint32_t server_ep = endpoint_of(*f.server);
-  FakeNetwork::instance().set_capture(true);
-  // Given the server's credit returns held, a 20-packet request in flight
-  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
-    return p.src == server_ep && hdr_of(p).pkt_type() == PktType::kExplCr ? FakeVerdict::kHold
-                                                                          : FakeVerdict::kDeliver;
-  });
-  MsgBuffer req = f.client->alloc_msg_buffer(f.dpp() * 60);
-  MsgBuffer resp = f.client->alloc_msg_buffer(f.dpp() * 60);
-  fill_pattern(req, 9);
-  Outcome out;
-  REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
-  for (int i = 0; i < 10; i++) f.pump();
+  // Given a request stopped by held credit returns, 32 packets in flight
+  HeldCreditEcho echo(f, 9);
   const Session* s = RpcImplTestAccess::session(f.client->impl(), f.sn);
   REQUIRE(s->credits == 0);
   const ClientSlot& slot = s->cslots[0];
@@ -239,9 +251,9 @@ TEST_CASE("a credit return answers every request packet up to its own, never pas
   // and the echo to complete once the held returns flow (late ones are
   // second answers, harmless)
   FakeNetwork::instance().release_held();
-  REQUIRE(f.pump_until([&] { return out.done; }));
-  CHECK(out.errc == Errc::kOk);
-  CHECK(check_pattern(resp, f.dpp() * 60, 9));
+  REQUIRE(f.pump_until([&] { return echo.out.done; }));
+  CHECK(echo.out.errc == Errc::kOk);
+  CHECK(check_pattern(echo.resp, f.dpp() * 60, 9));
   CHECK(s->credits == s->max_credits);
 }
 
@@ -353,19 +365,8 @@ TEST_CASE("credits bound the packets a client has in flight on a session") {
   CHECK(RpcImplTestAccess::session(f.client->impl(), f.sn)->max_credits == c.agreed);
   CHECK(RpcImplTestAccess::session(f.server->impl(), 0)->max_credits == c.agreed);
   const size_t credits = c.agreed;
-  const uint32_t server_ep = endpoint_of(*f.server);
-  FakeNetwork::instance().set_capture(true);
-  // Given the server's credit returns are held (60 packets stay below the bulk threshold)
-  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
-    return p.src == server_ep && hdr_of(p).pkt_type() == PktType::kExplCr ? FakeVerdict::kHold
-                                                                          : FakeVerdict::kDeliver;
-  });
-  MsgBuffer req = f.client->alloc_msg_buffer(f.dpp() * 60);
-  MsgBuffer resp = f.client->alloc_msg_buffer(f.dpp() * 60);
-  fill_pattern(req, 7);
-  Outcome out;
-  REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
-  for (int i = 0; i < 10; i++) f.pump();
+  // Given a 60-packet echo with the server's credit returns held
+  HeldCreditEcho echo(f, 7);
   // Expect exactly the agreed credits' worth of request packets sent, and
   // their credit returns folded into few (one per server burst)
   CHECK(count_type(FakeNetwork::instance().captured(), PktType::kReq) == credits);
@@ -375,9 +376,9 @@ TEST_CASE("credits bound the packets a client has in flight on a session") {
   // and everything to complete once credits flow again
   FakeNetwork::instance().set_filter(nullptr);
   FakeNetwork::instance().release_held();
-  REQUIRE(f.pump_until([&] { return out.done; }));
-  CHECK(out.errc == Errc::kOk);
-  CHECK(check_pattern(resp, f.dpp() * 60, 7));
+  REQUIRE(f.pump_until([&] { return echo.out.done; }));
+  CHECK(echo.out.errc == Errc::kOk);
+  CHECK(check_pattern(echo.resp, f.dpp() * 60, 7));
 }
 
 TEST_CASE("large messages travel as one control packet and a one-sided read") {

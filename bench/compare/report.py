@@ -49,6 +49,13 @@ FI_SHM_LATENCY = 1.5   # librpc fabric shm p50 <= 1.5 x fi_pingpong -p shm round
 # Transport labels of the udp goodput runs, which differ in offload.
 UDP_GSO = "udp (GSO/GRO)"
 UDP_PLAIN = "udp (no GSO/GRO)"
+# librpc's default session credits (RpcConfig::session_credits); a goodput
+# run with others is a series of its own, labelled with them.
+DEFAULT_CREDITS = 32
+# The raw stream's window (udp_stream --window-datagrams default), the
+# credits librpc runs with for the like-for-like goodput target.
+STREAM_WINDOW = 256
+UDP_GSO_STREAM_WINDOW = f"{UDP_GSO}, {STREAM_WINDOW} credits"
 
 BUSY_PCT = 15          # CPUs busier than this with other work before a step: flagged
 
@@ -143,7 +150,12 @@ def transport_label(system, transport, doc, results, kind):
         return transport
     if not offload:
         return UDP_PLAIN
-    return UDP_GSO if kind == "goodput" else transport
+    if kind != "goodput":
+        return transport
+    credits = doc.get("session_credits") if system == "librpc" else None
+    if credits is not None and credits != DEFAULT_CREDITS:
+        return f"{UDP_GSO}, {credits} credits"
+    return UDP_GSO
 
 
 def normalise_system(system):
@@ -537,6 +549,7 @@ def goodput_rows(steps, series):
 # The 8 MiB goodput runs besides librpc's udp sweep: (system, transport, step
 # id, reference as (system, transport, what) or None).
 GOODPUT_8MIB = [
+    ("librpc", UDP_GSO_STREAM_WINDOW, "c10", ("raw_udp", UDP_GSO, "raw UDP stream (GSO/GRO)")),
     ("librpc", UDP_PLAIN, "c4", ("raw_udp", UDP_PLAIN, "raw UDP stream (no GSO/GRO)")),
     ("librpc", "fabric shm", "c5", ("ucx", "shm", "UCX sm")),
     ("ucx", "shm", "c6", None),
@@ -594,12 +607,21 @@ def targets(steps, series):
                              gp("librpc", UDP_GSO) or gp("librpc", "udp"), gp("raw_udp", UDP_PLAIN),
                              "gbps", fmt_gbps, GOODPUT_TARGET, at_most=False, steps=steps,
                              step_ids=("c2", "c1")))
+    # Like for like: librpc with as many packets in flight as the stream
+    # (`--credits 256`); the default's ratio goes next to it.
     udp = ratio_target(f"librpc 8 MiB goodput over udp ≥ {PEER_GOODPUT} × raw UDP stream with "
-                       "GSO/GRO (`udp_stream --offload on`)",
-                       gp("librpc", UDP_GSO), gp("raw_udp", UDP_GSO), "gbps", fmt_gbps,
-                       PEER_GOODPUT, at_most=False, steps=steps, step_ids=("c2", "c3"))
+                       f"GSO/GRO (`udp_stream --offload on`, window {STREAM_WINDOW}; librpc "
+                       f"`--credits {STREAM_WINDOW}`)",
+                       gp("librpc", UDP_GSO_STREAM_WINDOW), gp("raw_udp", UDP_GSO), "gbps",
+                       fmt_gbps, PEER_GOODPUT, at_most=False, steps=steps,
+                       step_ids=("c10", "c3"))
+    default = gp("librpc", UDP_GSO) or {}
+    stream = gp("raw_udp", UDP_GSO) or {}
+    if default.get("gbps") and stream.get("gbps"):
+        udp[3] += (f"; at the default {DEFAULT_CREDITS} credits {fmt_gbps(default['gbps'])} "
+                   f"({fmt_ratio(ratio(default['gbps'], stream['gbps']))})")
     # Kernel TCP next to it: what the same loopback carries as a byte stream.
-    lib = gp("librpc", UDP_GSO) or {}
+    lib = gp("librpc", UDP_GSO_STREAM_WINDOW) or {}
     tcp = [(NAMES[t], p["gbps"]) for t in ("iperf3", "qperf")
            if (p := gp(t, "tcp")) is not None and p.get("gbps")]
     if tcp:

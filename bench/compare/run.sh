@@ -364,6 +364,10 @@ for r in $(seq 1 "$reps"); do
     env "${peer_env[@]}" bash bench/peers/iperf3.sh "$out/c8_iperf3_r$r"
   step "c9_r$r" goodput goodput 120 "$out/c9_qperf_r$r" "goodput: kernel TCP, qperf tcp_bw (rep $r)" -- \
     env "${peer_env[@]}" bash bench/peers/qperf.sh "$out/c9_qperf_r$r"
+  # The stream keeps 256 datagrams in flight; librpc at the same window.
+  step "c10_r$r" goodput goodput "$one_limit" "$out/c10_librpc_udp_credits256_r$r.json" "goodput: librpc over udp, --credits 256 (the raw stream's window), 8 MiB (rep $r)" -- \
+    "$bench/large_rpc_tput" --transport udp --credits 256 --sizes "$goodput_size" \
+    --duration "$large_s" --json "$out/c10_librpc_udp_credits256_r$r.json"
 done
 
 # ---------------------------------------------------------------------------
