@@ -265,6 +265,37 @@ TEST_CASE("freed large regions are kept for reuse up to the cache budget, the re
   CHECK(allocator->num_regions() == 3);
 }
 
+TEST_CASE("a freed large region displaces cached regions of other sizes, oldest first",
+          "[allocator]") {
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator(/*thread_safe=*/false, /*large_cache_bytes=*/32 * kMiB);
+  // Given the cache full of 8 MiB regions (a phase of 4-8 MiB messages)
+  std::vector<Allocation> small;
+  for (int i = 0; i < 4; i++) small.push_back(allocator->alloc(5 * kMiB));
+  for (const Allocation& a : small) REQUIRE(a.buf != nullptr);
+  for (const Allocation& a : small) allocator->free(a);
+  REQUIRE(allocator->bytes_reserved() == 32 * kMiB);
+  // When 16 MiB regions are freed (the application moved to larger messages)
+  const Allocation big1 = allocator->alloc(16 * kMiB);
+  const Allocation big2 = allocator->alloc(16 * kMiB);
+  REQUIRE(big1.buf != nullptr);
+  REQUIRE(big2.buf != nullptr);
+  allocator->free(big1);
+  allocator->free(big2);
+  // Expect the two oldest 8 MiB regions, then the other two, given back to
+  // make room, and both 16 MiB regions kept
+  CHECK(allocator->bytes_reserved() == 32 * kMiB);
+  CHECK(registrar.deregistered.size() == 4);
+  // and reused without a new registration
+  const size_t registrations = registrar.registered.size();
+  const Allocation again1 = allocator->alloc(16 * kMiB);
+  const Allocation again2 = allocator->alloc(16 * kMiB);
+  CHECK(registrar.registered.size() == registrations);
+  CHECK(again1.region != again2.region);
+  allocator->free(again1);
+  allocator->free(again2);
+}
+
 TEST_CASE("an allocation failure says why it failed", "[allocator]") {
   using rpc::detail::AllocFailure;
   FakeRegistrar registrar;

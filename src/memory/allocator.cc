@@ -131,6 +131,23 @@ Allocation Allocator::alloc_large(uint32_t size_class) noexcept {
 }
 
 void Allocator::free_large(MemRegion* region) noexcept {
+  // Regions of other sizes make way, oldest first: what is freed now is
+  // what is in use now. Without that, an application that moved from 4 MiB
+  // to 8 MiB messages kept the cache full of 4 MiB regions and mapped,
+  // registered and faulted in every 8 MiB buffer afresh (8 MiB requests
+  // over udp ran at half the goodput after a size sweep).
+  for (size_t i = 0; i < large_cache_.size() &&
+                     large_cache_bytes_ + region->len > large_cache_limit_bytes_ &&
+                     region->len <= large_cache_limit_bytes_;) {
+    MemRegion* stale = large_cache_[i];
+    if (stale->len == region->len) {
+      i++;
+      continue;
+    }
+    large_cache_.erase(large_cache_.begin() + static_cast<ptrdiff_t>(i));
+    large_cache_bytes_ -= stale->len;
+    unmap_region(stale);
+  }
   if (large_cache_bytes_ + region->len <= large_cache_limit_bytes_) {
     try {
       large_cache_.push_back(region);
