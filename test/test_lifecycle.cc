@@ -289,6 +289,30 @@ TEST_CASE("by default, two of the largest requests fit one session's receive bud
   b.release(*p.client);
 }
 
+TEST_CASE("two buffers of the largest message are kept for reuse when freed") {
+  // Regression: the cache of freed large regions was counted in message
+  // bytes (2 x 16 MiB - 2) while such a buffer takes a 16 MiB region with
+  // its packet headers, so one of two 8 MiB requests in flight was
+  // unmapped and mapped again, with fresh page faults, every time.
+  Pair p;
+  const size_t size = p.client->max_msg_size();
+  MsgBuffer a = p.client->alloc_msg_buffer(size);
+  MsgBuffer b = p.client->alloc_msg_buffer(size);
+  REQUIRE(a.valid());
+  REQUIRE(b.valid());
+  const uint8_t* a_data = a.data();
+  const uint8_t* b_data = b.data();
+  p.client->free_msg_buffer(a);
+  p.client->free_msg_buffer(b);
+  MsgBuffer again1 = p.client->alloc_msg_buffer(size);
+  MsgBuffer again2 = p.client->alloc_msg_buffer(size);
+  // Newest first: b's region, then a's
+  CHECK(again1.data() == b_data);
+  CHECK(again2.data() == a_data);
+  p.client->free_msg_buffer(again1);
+  p.client->free_msg_buffer(again2);
+}
+
 TEST_CASE("a connect request replayed after its session ended builds nothing") {
   Pair p;
   // The connect request, as the client sent it

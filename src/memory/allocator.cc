@@ -54,6 +54,11 @@ const char* to_string(AllocFailure failure) {
   return "unknown";
 }
 
+size_t Allocator::footprint_bytes(size_t len) {
+  const size_t block_bytes = class_bytes(class_of(len));
+  return has_own_region(class_of(len)) ? round_up(block_bytes, kHugepageBytes) : block_bytes;
+}
+
 Allocator::Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes)
     : register_fn_(std::move(reg)),
       deregister_fn_(std::move(dereg)),

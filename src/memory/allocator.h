@@ -78,6 +78,9 @@ class Allocator {
   static constexpr size_t kMinClassBytes = 64;
   static constexpr size_t kChunkBytes = 2u << 20;  // classes up to this share chunks
   static constexpr size_t kNumClasses = 32;
+  // The bytes an allocation of `len` holds while in use: its size class, or
+  // for blocks above a chunk the region of its own (whole hugepages).
+  static size_t footprint_bytes(size_t len);
 
  private:
   Allocation alloc_locked(size_t len) noexcept;

@@ -99,15 +99,20 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
                         : static_cast<uint64_t>(config.drop_tx_fraction * 18446744073709551616.0);
   rng_state_ ^= (static_cast<uint64_t>(config.rpc_id) << 32) ^ now_ns();
   Transport* t = transport_.get();
-  // Freed large regions (above one chunk) go back to the system, but the
-  // last two largest messages' worth stay mapped and registered: mapping,
+  // Freed large regions (above one chunk) go back to the system, but two
+  // buffers of the largest message stay mapped and registered: mapping,
   // registering and faulting in megabytes per request would cost 30-75 ms
   // each here (measured), while the receive budget already bounds what a
-  // peer can make us allocate.
+  // peer can make us allocate. Counted in the regions such buffers take
+  // (16 MiB for a 16 MiB - 1 message plus its packet headers): counted in
+  // message bytes, one of two in flight was unmapped and faulted in afresh
+  // for every 8 MiB request.
+  const size_t largest_buffer_bytes = Allocator::footprint_bytes(
+      MsgBufferAccess::alloc_bytes(max_msg_size_, caps_.max_data_per_pkt));
   allocator_ = std::make_unique<Allocator>(
       [t](void* addr, size_t len) { return t->register_memory(addr, len); },
       [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0,
-      2 * max_msg_size_);
+      2 * largest_buffer_bytes);
   handlers_ = &nexus.freeze_handlers();
   stall_queue_.reserve(64);
   auto registered = nexus_.register_rpc(config.rpc_id, this);
