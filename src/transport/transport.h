@@ -15,6 +15,10 @@
 
 namespace rpc::detail {
 
+// The packet-size bound every transport takes for RpcConfig::mtu_bytes 0
+// where it has no better one: a standard Ethernet link.
+inline constexpr size_t kDefaultMtuBytes = 1500;
+
 // Opaque, fixed-size routing info each transport fills and checks. It is
 // exchanged in session-management messages, then resolved in place into
 // whatever the transport needs to address the peer.

@@ -26,9 +26,8 @@ namespace {
 
 constexpr uint32_t kFabricApiVersion = FI_VERSION(1, 14);
 constexpr size_t kMinPktBytes = kPktHeaderBytes + 64;
-// mtu_bytes 0: at least an Ethernet frame, at most a jumbo frame (a provider
+// mtu_bytes 0: at least kDefaultMtuBytes, at most a jumbo frame (a provider
 // with a huge inject size would otherwise make the RX ring huge).
-constexpr size_t kDefaultMtuBytes = 1500;
 constexpr size_t kMaxAutoPktBytes = 9000;
 // Sends refused for lack of resources (-FI_EAGAIN) are retried after
 // driving progress this many times before the datagram is dropped (the RTO

@@ -24,7 +24,6 @@ static_assert(kRoutingMagicOffset + sizeof(uint32_t) <= RoutingInfo::kMaxBytes);
 // Smallest MTU worth testing with: a header plus a useful amount of data.
 constexpr size_t kMinMtuBytes = kPktHeaderBytes + 64;
 constexpr size_t kMaxMtuBytes = 65535;
-constexpr size_t kDefaultMtuBytes = 1500;  // mtu_bytes 0
 
 uint32_t read_u32(const RoutingInfo& info, size_t offset) {
   uint32_t value;

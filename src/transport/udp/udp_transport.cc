@@ -26,7 +26,6 @@ constexpr size_t kIpv4UdpHeaderBytes = 20 + 8;
 // little data. Anything lower is a misconfiguration, not a tiny link.
 constexpr size_t kMinMtuBytes = kIpv4UdpHeaderBytes + kPktHeaderBytes + 64;
 constexpr size_t kMaxMtuBytes = 65535;
-constexpr size_t kDefaultMtuBytes = 1500;  // mtu_bytes 0: a standard Ethernet link
 // 65535 minus the IPv4 and UDP headers: the largest UDP payload over IPv4.
 constexpr size_t kMaxUdpPayloadBytes = 65507;
 // sendmmsg calls that may hit a full socket buffer (EAGAIN/ENOBUFS) in one
