@@ -272,7 +272,27 @@ TEST_CASE("udp transport routing info names the bound address and port") {
   CHECK(udp.magic == rpc::detail::kUdpRoutingMagic);
   for (size_t i = sizeof(udp); i < info.bytes.size(); i++) CHECK(info.bytes[i] == 0);
 
-  CHECK(t.src_key_of(info) == ((uint64_t{0x7f000001} << 16) | t.local_port()));
+  // Resolved in place into the sockaddr the TX path sends to; the source
+  // key of its packets is read back from that form.
+  RoutingInfo resolved = info;
+  REQUIRE(t.resolve_remote_routing_info(resolved));
+  sockaddr_in dst;
+  std::memcpy(&dst, resolved.bytes.data(), sizeof(dst));
+  CHECK(dst.sin_family == AF_INET);
+  CHECK(dst.sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+  CHECK(ntohs(dst.sin_port) == t.local_port());
+  // The source key tells peers apart by address and by port.
+  const auto key_of = [&](uint32_t ipv4, uint16_t port) {
+    RoutingInfo other;
+    const UdpRoutingInfo u{htonl(ipv4), htons(port), rpc::detail::kUdpRoutingMagic};
+    std::memcpy(other.bytes.data(), &u, sizeof(u));
+    REQUIRE(t.resolve_remote_routing_info(other));
+    return t.src_key_of(other);
+  };
+  CHECK(key_of(INADDR_LOOPBACK, t.local_port()) == t.src_key_of(resolved));
+  CHECK(key_of(INADDR_LOOPBACK, static_cast<uint16_t>(t.local_port() + 1)) !=
+        t.src_key_of(resolved));
+  CHECK(key_of(INADDR_LOOPBACK + 1, t.local_port()) != t.src_key_of(resolved));
 }
 
 TEST_CASE("udp transport rejects routing info with a wrong magic or port 0") {

@@ -122,6 +122,7 @@ class Series:
         # What the numbers are used for: the latency sweep is its own kind, so
         # its 32 B point does not mix with the 32 B latency runs.
         self.kind = "sweep" if step["role"] == "sweep" else \
+            "soak" if step["role"] == "soak" else \
             "lat32" if self.workload == "latency" else self.workload
         self.transport = transport_label(self.system, transport, doc, self.results, self.kind)
         self.members = [self]  # the repetitions merged into this one (merge_repetitions)
@@ -637,8 +638,25 @@ def targets(steps, series):
                              "UCX tcp (ucp_am_bw)",
                              gp("librpc", "fabric tcp;ofi_rxm"), gp("ucx", "tcp"), "gbps", fmt_gbps,
                              PEER_GOODPUT, at_most=False, steps=steps, step_ids=("c7", "c6")))
+    rows.append(soak_target(steps, series))
     rows.append(cpu_target(steps, series))
     return rows
+
+
+def soak_target(steps, series):
+    """Spurious retransmissions in the long 8 MiB run over fabric shm (step e1)."""
+    what = "no spurious retransmission in a 10 s 8 MiB run over fabric shm"
+    s = first(series, "soak", "librpc")
+    p = s.results[0] if s and s.results else {}
+    spurious = p.get("spurious_retransmissions")
+    if spurious is None:
+        return [what, "—", "not measured", missing_why(steps, [("e1", None)])]
+    step = step_by_id(steps, "e1") or {}
+    numbers = (f"{spurious} spurious of {p.get('retransmissions', '?')} retransmissions, "
+               f"{fmt_gbps(p.get('gbps'))}")
+    if step.get("busy_pct"):
+        numbers += f"; CPUs {step['busy_pct']}% busy with other work before the run"
+    return [what, f"{spurious} spurious", verdict(spurious == 0), numbers]
 
 
 def lat32_point(series, system, transport=None):

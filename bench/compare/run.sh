@@ -371,6 +371,16 @@ for r in $(seq 1 "$reps"); do
 done
 
 # ---------------------------------------------------------------------------
+# e. Spurious retransmissions: one long 8 MiB run over fabric shm, a
+# transport that cannot lose a packet, so every retransmission is a timer
+# that fired too early (target: none in 10 s on an idle machine).
+soak_s=10
+[ "$quick" -eq 1 ] && soak_s=1
+step e1 soak soak 120 "$out/e1_librpc_fabric_shm_soak.json" "spurious retransmissions: librpc over fabric shm, 8 MiB for ${soak_s} s" -- \
+  "$bench/large_rpc_tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
+  --duration "$soak_s" --json "$out/e1_librpc_fabric_shm_soak.json"
+
+# ---------------------------------------------------------------------------
 # d. CPU cost.
 step d1 cpu cpu 600 "$out/d1_cpu_cost.json" "CPU cost: instructions per 32-byte RPC (callgrind)" -- \
   env JSON="$out/d1_cpu_cost.json" N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32

@@ -271,7 +271,6 @@ void RpcImpl::drain_bulk_reads() {
   const auto deadline = std::chrono::steady_clock::now() + kDrainReadsTimeout;
   while (bulk_reads_live_ > 0 && std::chrono::steady_clock::now() < deadline) {
     poll_bulk();
-    transport_->tx_flush();
     std::array<RxPacket, kRxBatch> rx;            // keep the datagram path moving for providers
     const size_t got = transport_->rx_burst(rx);  // that progress on it
     if (got > 0) transport_->post_recvs(got);

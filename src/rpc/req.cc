@@ -14,10 +14,9 @@ namespace rpc::detail {
 Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                               Continuation cont, void* tag) noexcept {
   RPC_CHECK_OWNER("enqueue_request");
-  if (destroying_ || sn >= sessions_.size() || sessions_[sn] == nullptr) {
-    return Errc::kInvalidSession;
-  }
-  Session& session = *sessions_[sn];
+  Session* const found = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  if (destroying_ || found == nullptr) return Errc::kInvalidSession;
+  Session& session = *found;
   // Only a session that will send it: a connecting one queues it.
   if (!session.is_client() ||
       (!session.is_connected() && session.state != SessionState::kConnecting)) {
@@ -263,7 +262,7 @@ void RpcImpl::release_server_slot(ServerSlot& slot) {
   free_req_buf(slot);
   // The cached response is acknowledged (or its client gone): peers can no
   // longer read it.
-  transport_->revoke_exposure(slot.resp_exposure);
+  if (slot.resp_exposure.active()) transport_->revoke_exposure(slot.resp_exposure);
   if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
   slot.resp = nullptr;
 }
@@ -300,8 +299,8 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     server_start_bulk_read(session, slot, msg_size, pkt + kPktHeaderBytes);
     return;
   }
-  slot.req_pkts =
-      std::max<size_t>(1, (msg_size + caps_.max_data_per_pkt - 1) / caps_.max_data_per_pkt);
+  const size_t dpp = caps_.max_data_per_pkt;
+  slot.req_pkts = msg_size <= dpp ? 1 : (msg_size + dpp - 1) / dpp;  // no division when small
   const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
   if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground) {
     // Zero copy: the handler reads the request straight from the RX ring.

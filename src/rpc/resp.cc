@@ -155,7 +155,7 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
   slot.active = false;
   // The server has read the request (it answered), or never will: the
   // request buffer goes back to the application unexposed.
-  transport_->revoke_exposure(slot.req_exposure);
+  if (slot.req_exposure.active()) transport_->revoke_exposure(slot.req_exposure);
   if (errc != Errc::kOk && slot.bulk_read == kNoBulkRead) slot.resp->resize(0);
   const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag};
   const Continuation cont = slot.cont;

@@ -54,11 +54,12 @@ void RpcImpl::process_pkt(const RxPacket& pkt) {
     return;
   }
   const SessionNum sn = hdr.dest_session_num();
-  if (sn >= sessions_.size() || sessions_[sn] == nullptr || !sessions_[sn]->is_connected()) {
+  Session* const found = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  if (found == nullptr || !found->is_connected()) {
     stats_.drops.unknown_session++;
     return;
   }
-  Session& session = *sessions_[sn];
+  Session& session = *found;
   if (pkt.src_key != session.remote_src_key) {
     stats_.drops.wrong_source++;
     return;

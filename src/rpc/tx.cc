@@ -68,7 +68,6 @@ void RpcImpl::tx_credit_return(Session& session, ReqType req_type, size_t pkt_nu
 void RpcImpl::tx_flush() {
   if (tx_batch_size_ > 0) {
     transport_->tx_burst({tx_batch_.data(), tx_batch_size_});
-    transport_->tx_flush();
   }
   tx_batch_size_ = 0;
   ctrl_hdr_next_ = 0;

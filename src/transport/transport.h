@@ -115,9 +115,10 @@ class Transport {
   // --- datagram path ---
   // Sends every item (or drops it if the network cannot take it now:
   // datagram semantics, loss recovery is the engine's job).
+  // Every item is handed to the kernel or the NIC before it returns (there
+  // is no separate flush: no transport needed one, and the hot path paid a
+  // virtual call per burst for it).
   virtual void tx_burst(std::span<const TxItem> items) = 0;
-  // Makes sure everything sent so far has been handed to the hardware.
-  virtual void tx_flush() = 0;
   // Receives up to out.size() packets into the RX ring; returns how many.
   virtual size_t rx_burst(std::span<RxPacket> out) = 0;
   // Returns the n oldest RX ring buffers handed out by rx_burst.

@@ -52,7 +52,6 @@ class FabricTransport final : public Transport {
   const char* name() const override { return "fabric"; }
   TransportCaps caps() const override { return caps_; }
   void tx_burst(std::span<const TxItem> items) override;
-  void tx_flush() override {}
   size_t rx_burst(std::span<RxPacket> out) override;
   void post_recvs(size_t n) override;
   void fill_local_routing_info(RoutingInfo& out) const override;

@@ -54,14 +54,23 @@ sockaddr_in to_sockaddr(const UdpRoutingInfo& info) {
   return addr;
 }
 
+// The destination of a resolved route (see kUdpResolvedDstOffset).
+sockaddr_in dst_of(const RoutingInfo& resolved) {
+  sockaddr_in addr;
+  std::memcpy(&addr, resolved.bytes.data() + kUdpResolvedDstOffset, sizeof(addr));
+  return addr;
+}
+
 UdpRoutingInfo udp_info_of(const RoutingInfo& info) {
   UdpRoutingInfo udp;
   std::memcpy(&udp, info.bytes.data(), sizeof(udp));
   return udp;
 }
 
+// Address and port as they come (network byte order): the key is only
+// compared, so byte-swapping it on every received packet would buy nothing.
 uint64_t make_src_key(uint32_t ipv4_be, uint16_t port_be) {
-  return (static_cast<uint64_t>(ntohl(ipv4_be)) << 16) | ntohs(port_be);
+  return (static_cast<uint64_t>(ipv4_be) << 16) | port_be;
 }
 
 // Raises a socket buffer limit. The *FORCE variant ignores the sysctl cap
@@ -192,7 +201,7 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
   if (items.size() == 1 &&
       (items[0].data_len == 0 || items[0].hdr + kPktHeaderBytes == items[0].data)) {
     const TxItem& item = items[0];
-    const sockaddr_in dst = to_sockaddr(udp_info_of(*item.route));
+    const sockaddr_in dst = dst_of(*item.route);
     for (int retries = 0; retries <= kMaxTxRetries; retries++) {
       const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
                                  reinterpret_cast<const sockaddr*>(&dst), sizeof(dst));
@@ -218,7 +227,7 @@ size_t UdpTransport::send_plain(std::span<const TxItem> items) {
     const size_t n = std::min(items.size() - base, kMaxBatch);
     for (size_t i = 0; i < n; i++) {
       const TxItem& item = items[base + i];
-      tx_dsts_[i] = to_sockaddr(udp_info_of(*item.route));
+      tx_dsts_[i] = dst_of(*item.route);
       // iovec is shared with readv, hence non-const; sendmmsg only reads.
       tx_iovs_[i][0].iov_base = const_cast<uint8_t*>(item.hdr);
       tx_iovs_[i][1] = {const_cast<uint8_t*>(item.data), item.data_len};
@@ -263,7 +272,7 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
     size_t num_iovs = 0;
     while (next < items.size() && num_msgs < kMaxBatch && num_iovs + 2 <= gso_iovs_.size()) {
       const size_t first = next;
-      const sockaddr_in dst = to_sockaddr(udp_info_of(*items[first].route));
+      const sockaddr_in dst = dst_of(*items[first].route);
       const size_t seg = kPktHeaderBytes + items[first].data_len;
       size_t bytes = 0;
       size_t last_size = seg;
@@ -275,8 +284,7 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
         if (next > first) {
           // Only the last packet may be shorter than the first; it ends the run.
           if (last_size != seg || size > seg || bytes + size > kMaxOffloadBytes) break;
-          if (item.route != items[first].route &&
-              !same_destination(to_sockaddr(udp_info_of(*item.route)), dst)) {
+          if (item.route != items[first].route && !same_destination(dst_of(*item.route), dst)) {
             break;
           }
         }
@@ -341,7 +349,10 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
 }
 
 size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
-  if (gro_) return rx_burst_gro(out);
+  return gro_ ? rx_burst_gro(out) : rx_burst_plain(out);
+}
+
+size_t UdpTransport::rx_burst_plain(std::span<RxPacket> out) {
   const size_t ring_size = caps_.rx_ring_size;
   // Buffers are handed out in ring order, so one recvmmsg fills only the
   // contiguous free slots up to the wrap; the next call continues at 0.
@@ -416,19 +427,24 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> out) {
 // packet per buffer, in order. The socket is read only when nothing staged
 // is left.
 size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
+  if (out.empty() || ring_in_use_ == caps_.rx_ring_size) return 0;
+  if (staged_count_ == 0) {
+    // The common case: read the socket; a single datagram lands in place.
+    const int r = receive_gro(out[0]);
+    if (r < 0) return 0;
+    if (r == 0 && staged_count_ == 0) return 1;
+    if (r == 0) return 1 + take_staged(out.subspan(1));
+  }
+  return take_staged(out);
+}
+
+// Copies staged packets into ring buffers, one per buffer, in order, for as
+// many as `out` and the ring have room for.
+size_t UdpTransport::take_staged(std::span<RxPacket> out) {
   const size_t ring_size = caps_.rx_ring_size;
   const size_t pkt_bytes = caps_.max_pkt_bytes;
   size_t k = 0;
-  while (k < out.size() && ring_in_use_ < ring_size) {
-    if (staged_count_ == 0) {
-      if (k > 0) break;  // hand out what there is; read the socket next time
-      const int r = receive_gro(out[0]);
-      if (r < 0) return 0;
-      if (r == 0) {  // out[0] holds a packet in place
-        k = 1;
-        continue;
-      }
-    }
+  while (k < out.size() && ring_in_use_ < ring_size && staged_count_ > 0) {
     Staged& st = staged_[staged_head_];
     const uint32_t len = std::min(st.seg, st.len - st.consumed);
     uint8_t* buf = &ring_mem_[ring_head_ * pkt_bytes];
@@ -436,7 +452,7 @@ size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
       std::memcpy(buf, &stage_mem_[st.buf_index * kGroBufBytes + st.consumed], len);
     }
     out[k++] = {buf, len, st.src_key};
-    ring_head_ = (ring_head_ + 1) % ring_size;
+    ring_head_ = ring_head_ + 1 == ring_size ? 0 : ring_head_ + 1;
     ring_in_use_++;
     st.consumed += len;
     if (st.consumed == st.len) {
@@ -450,6 +466,7 @@ size_t UdpTransport::rx_burst_gro(std::span<RxPacket> out) {
 // The packet size a received message says it was merged from (UDP_GRO),
 // or its whole length when it was not merged.
 uint32_t UdpTransport::segment_size_of(msghdr& h, uint32_t len) {
+  if (h.msg_controllen == 0) return len;  // the kernel adds UDP_GRO only to merged ones
   for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
     if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
       int gso_size = 0;
@@ -494,7 +511,9 @@ int UdpTransport::receive_gro(RxPacket& first) {
   first_iovs_[0].iov_base = slot;
   // The kernel rewrote the name and control lengths of the messages it
   // filled last time; the others are as set up.
-  for (size_t i = 0; i < stage_dirty_; i++) {
+  stage_msgs_[0].msg_hdr.msg_namelen = sizeof(sockaddr_in);  // always read: reset unconditionally
+  stage_msgs_[0].msg_hdr.msg_controllen = kCmsgBytes;
+  for (size_t i = 1; i < stage_dirty_; i++) {
     stage_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     stage_msgs_[i].msg_hdr.msg_controllen = kCmsgBytes;
   }
@@ -529,7 +548,7 @@ int UdpTransport::receive_gro(RxPacket& first) {
     if (i == 0) {
       if (seg == len && len <= pkt_bytes) {  // one packet, already where it belongs
         first = {slot, len, key};
-        ring_head_ = (ring_head_ + 1) % caps_.rx_ring_size;
+        ring_head_ = ring_head_ + 1 == caps_.rx_ring_size ? 0 : ring_head_ + 1;
         ring_in_use_++;
         result = 0;
         continue;
@@ -559,14 +578,17 @@ void UdpTransport::fill_local_routing_info(RoutingInfo& out) const {
 }
 
 bool UdpTransport::resolve_remote_routing_info(RoutingInfo& info) {
-  // The wire format is already a ready-to-use address: nothing to rewrite.
   const UdpRoutingInfo udp = udp_info_of(info);
-  return udp.magic == kUdpRoutingMagic && udp.port_be != 0;
+  if (udp.magic != kUdpRoutingMagic || udp.port_be == 0) return false;
+  const sockaddr_in dst = to_sockaddr(udp);
+  info.bytes.fill(0);
+  std::memcpy(info.bytes.data() + kUdpResolvedDstOffset, &dst, sizeof(dst));
+  return true;
 }
 
 uint64_t UdpTransport::src_key_of(const RoutingInfo& resolved) const {
-  const UdpRoutingInfo udp = udp_info_of(resolved);
-  return make_src_key(udp.ipv4_be, udp.port_be);
+  const sockaddr_in dst = dst_of(resolved);
+  return make_src_key(dst.sin_addr.s_addr, dst.sin_port);
 }
 
 Result<MemReg> UdpTransport::register_memory(void*, size_t) {

@@ -24,6 +24,11 @@ struct UdpRoutingInfo {
 };
 inline constexpr uint16_t kUdpRoutingMagic = 0x5544;  // "UD"
 static_assert(sizeof(UdpRoutingInfo) <= RoutingInfo::kMaxBytes);
+// Resolved routing info (resolve_remote_routing_info rewrites the wire
+// layout in place into this one): the sockaddr_in the TX path hands to the
+// kernel, copied out as is instead of being rebuilt for every packet.
+inline constexpr size_t kUdpResolvedDstOffset = 0;
+static_assert(sizeof(sockaddr_in) <= RoutingInfo::kMaxBytes);
 
 class UdpTransport final : public Transport {
  public:
@@ -34,7 +39,6 @@ class UdpTransport final : public Transport {
   const char* name() const override { return "udp"; }
   TransportCaps caps() const override { return caps_; }
   void tx_burst(std::span<const TxItem> items) override;
-  void tx_flush() override {}
   size_t rx_burst(std::span<RxPacket> out) override;
   void post_recvs(size_t n) override;
   void fill_local_routing_info(RoutingInfo& out) const override;
@@ -87,8 +91,10 @@ class UdpTransport final : public Transport {
 
   // --- GSO (tx_burst) ---
   void enable_offloads();
-  size_t send_offloaded(std::span<const TxItem> items);
-  size_t send_plain(std::span<const TxItem> items);
+  // Out of line: inlined, their register and stack needs would make
+  // tx_burst save and restore them on every single-datagram send too.
+  [[gnu::noinline]] size_t send_offloaded(std::span<const TxItem> items);
+  [[gnu::noinline]] size_t send_plain(std::span<const TxItem> items);
   bool gso_ = false;
   bool fail_next_gso_ = false;
   uint64_t gso_sends_ = 0;
@@ -107,8 +113,10 @@ class UdpTransport final : public Transport {
   // datagram each, then copied packet by packet into ring buffers as the
   // engine takes them: the ring keeps one packet per buffer, in order.
   size_t rx_burst_gro(std::span<RxPacket> out);
+  [[gnu::noinline]] size_t rx_burst_plain(std::span<RxPacket> out);  // see send_plain
+  [[gnu::noinline]] size_t take_staged(std::span<RxPacket> out);     // see send_plain
   int receive_gro(RxPacket& first);
-  bool stage(uint32_t buf_index, uint32_t len, uint32_t seg, uint64_t src_key);
+  [[gnu::noinline]] bool stage(uint32_t buf_index, uint32_t len, uint32_t seg, uint64_t src_key);
   uint32_t segment_size_of(msghdr& h, uint32_t len);
   struct Staged {
     uint32_t len = 0;       // bytes received
