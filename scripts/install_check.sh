@@ -10,7 +10,13 @@
 #      exported symbols and fails if any rpc::detail::, asio or fmt symbol is
 #      exported (other non-rpc:: symbols are listed as warnings; STRICT=1
 #      makes them fatal too);
-#   4. readelf -d: the SONAME must be librpc.so.0.
+#   4. readelf -d: the SONAME must be librpc.so.0;
+#   5. transport modules: librpc.so links no RDMA library; librpc-verbs.so
+#      and librpc-fabric.so (where built) are installed in <libdir>/librpc
+#      exporting only their entry point; an installed program loads the
+#      fabric module from there by default, and with the modules removed
+#      udp still works while fabric fails naming the module and where it
+#      looked.
 #
 # Usage: scripts/install_check.sh [BUILD_DIR]      (default: build)
 # Env:   KEEP=1    keep the temporary install tree (its path is printed)
@@ -213,6 +219,82 @@ if [[ -L $libdir/librpc.so.0 && $(readlink -f "$libdir/librpc.so.0") = "$so" ]];
   pass "librpc.so.0 -> $(basename "$so") installed"
 else
   fail "no librpc.so.0 symlink to $(basename "$so") in ${libdir#"$destdir"}"
+fi
+
+# --- 5. transport modules ---------------------------------------------------
+# librpc.so links no RDMA library; the verbs and fabric transports are
+# modules in <libdir>/librpc, found there by default, exporting only their
+# entry point; udp works with them gone.
+needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p' | tr '\n' ' ')
+if echo "$needed" | grep -Eqi 'fabric|ibverbs|mlx5|psm|rdmacm|efa'; then
+  fail "librpc.so links an RDMA library: $needed"
+else
+  pass "librpc.so links no RDMA library (NEEDED: $needed)"
+fi
+moddir=$libdir/librpc
+for name in verbs fabric; do
+  [[ -e $build_dir/src/librpc-$name.so ]] || continue  # not built (dependency missing)
+  module=$moddir/librpc-$name.so
+  if [[ ! -f $module ]]; then
+    fail "librpc-$name.so is not installed in ${moddir#"$destdir"}"
+    continue
+  fi
+  exports=$(nm -D --defined-only "$module" | awk '{print $3}' | grep -v '^_' | tr '\n' ' ')
+  if [[ $exports = "librpc_transport_module_v1 " ]]; then
+    pass "librpc-$name.so installed in ${moddir#"$destdir"}, exporting only its entry point"
+  else
+    fail "librpc-$name.so exports more than its entry point: $exports"
+  fi
+done
+if [[ -f $moddir/librpc-fabric.so ]]; then
+  cat >"$tmp/fabric_app.cc" <<'EOF'
+// An Rpc over fabric shm: the module must be found where it is installed.
+#include <cstdio>
+#include <exception>
+
+#include "rpc/rpc_all.h"
+
+int main() {
+  try {
+    rpc::Nexus nexus(rpc::NexusConfig{.uri = "127.0.0.1:0"});
+    rpc::Rpc rpc(nexus,
+                 rpc::RpcConfig{.rpc_id = 0, .transport = "fabric", .fabric_provider = "shm"});
+  } catch (const std::exception& e) {
+    std::printf("%s\n", e.what());
+    return 1;
+  }
+  std::puts("ok");
+  return 0;
+}
+EOF
+  # shellcheck disable=SC2086  # $flags is a list of compiler arguments
+  if (cd "$tmp" && "$cxx" -std=c++20 fabric_app.cc $flags -o fabric_app) >"$tmp/compile2.log" 2>&1; then
+    if output=$(env -u LIBRPC_MODULE_DIR LD_LIBRARY_PATH="$libdir" "$tmp/fabric_app" 2>&1) &&
+        [[ $output = ok ]]; then
+      pass "an Rpc over fabric loads the installed module from the default path"
+    else
+      fail "an Rpc over fabric with the installed module: $output"
+    fi
+    mv "$moddir" "$moddir.away"
+    if output=$(env -u LIBRPC_MODULE_DIR LD_LIBRARY_PATH="$libdir" "$tmp/app" 2>&1) &&
+        [[ $output = ok ]]; then
+      pass "udp works with the transport modules removed"
+    else
+      fail "udp without the transport modules: $output"
+    fi
+    if output=$(env -u LIBRPC_MODULE_DIR LD_LIBRARY_PATH="$libdir" "$tmp/fabric_app" 2>&1); then
+      fail "an Rpc over fabric was created with its module removed"
+    elif [[ $output = *librpc-fabric.so* && $output = *LIBRPC_MODULE_DIR* ]]; then
+      pass "with its module removed, fabric fails naming the module and where it looked"
+      echo "    $output"
+    else
+      fail "the error for a missing fabric module does not say which module and where: $output"
+    fi
+    mv "$moddir.away" "$moddir"
+  else
+    cat "$tmp/compile2.log"
+    fail "fabric_app.cc does not build against the installed librpc"
+  fi
 fi
 
 if [[ $failures -gt 0 ]]; then

@@ -29,6 +29,7 @@
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
+#include "transport/registry.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/pkt_hdr.h"
 #include "wire/sm_msg.h"
@@ -137,7 +138,7 @@ SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_sn,
                   uint64_t incarnation = 0x5EED) {
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
-  m.transport = TransportKind::kUdp;
+  m.transport = rpc::detail::transport_wire_id("udp");
   m.client_rpc_id = 0;
   m.server_rpc_id = 1;
   m.client_session_num = client_sn;
@@ -302,7 +303,7 @@ void blast(uint16_t data_port, uint16_t sm_port, SessionNum real_sn, SessionNum 
         m.server_rpc_id = static_cast<RpcId>(2 + rnd(200));
         break;
       case 5:  // another transport
-        m.transport = TransportKind::kFake;
+        m.transport = rpc::detail::transport_wire_id("fake");
         break;
       case 6:  // a disconnect of the real session, from a foreign address
         m.type = SmMsgType::kDisconnectReq;

@@ -18,6 +18,7 @@
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
+#include "transport/registry.h"
 #include "wire/pkt_hdr.h"
 
 using namespace rpc;
@@ -320,7 +321,7 @@ TEST_CASE("a connect request replayed after its session ended builds nothing") {
   REQUIRE(cs != nullptr);
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
-  m.transport = TransportKind::kFake;
+  m.transport = rpc::detail::transport_wire_id("fake");
   m.client_rpc_id = 0;
   m.server_rpc_id = 1;
   m.client_session_num = p.sn;
@@ -344,7 +345,7 @@ TEST_CASE("a flood of session-management requests to a non-polling Rpc is capped
   Pair p;
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
-  m.transport = TransportKind::kUdp;  // refused when finally handled
+  m.transport = rpc::detail::transport_wire_id("udp");  // refused when finally handled
   NetAddr from;
   from.ipv4 = 0x7f000001;
   from.port = 9;

@@ -26,6 +26,7 @@
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
+#include "transport/registry.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/sm_msg.h"
 
@@ -105,7 +106,7 @@ constexpr uint64_t kNewIncarnation = 0x2E4;
 SmMsg connect_req(uint16_t reply_port, uint32_t max_data_per_pkt) {
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
-  m.transport = TransportKind::kUdp;
+  m.transport = rpc::detail::transport_wire_id("udp");
   m.client_rpc_id = 0;
   m.server_rpc_id = 1;
   m.client_session_num = 0;

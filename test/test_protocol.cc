@@ -11,6 +11,7 @@
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
 #include "transport/fake/fake_transport.h"
+#include "transport/registry.h"
 #include "wire/pkt_hdr.h"
 
 using namespace rpc;
@@ -103,7 +104,7 @@ SmMsg disconnect_req_for(Rpc& client, SessionNum client_sn) {
   REQUIRE(s != nullptr);
   SmMsg m;
   m.type = SmMsgType::kDisconnectReq;
-  m.transport = TransportKind::kFake;
+  m.transport = rpc::detail::transport_wire_id("fake");
   m.client_rpc_id = client.rpc_id();
   m.server_rpc_id = s->remote_rpc_id;
   m.client_session_num = client_sn;

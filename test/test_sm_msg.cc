@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/random.h"
+#include "transport/registry.h"
 #include "wire/sm_msg.h"
 
 using namespace rpc;
@@ -23,7 +24,7 @@ SmMsg full_msg(SmMsgType type) {
   SmMsg m;
   m.type = type;
   m.err = SmErr::kTransportMismatch;
-  m.transport = TransportKind::kVerbs;
+  m.transport = transport_wire_id("verbs");
   m.client_rpc_id = 7;
   m.server_rpc_id = 254;
   m.routing_len = 20;
@@ -101,7 +102,7 @@ TEST_CASE("every message type survives encode and decode with all fields set") {
 TEST_CASE("extreme field values survive encode and decode") {
   SmMsg in = full_msg(SmMsgType::kConnectResp);
   in.err = SmErr::kInvalidSession;
-  in.transport = TransportKind::kFabric;
+  in.transport = transport_wire_id("fabric");
   in.client_rpc_id = 255;
   in.server_rpc_id = 0;
   in.client_session_num = 0xffff;
@@ -259,7 +260,6 @@ TEST_CASE("a message with an out-of-range field is rejected") {
   const Bytes good = encode(full_msg(SmMsgType::kConnectResp));
   Bytes b = good;
   SECTION("err past the last SmErr") { b[9] = static_cast<uint8_t>(kSmErrMax) + 1; }
-  SECTION("transport past kFabric") { b[10] = static_cast<uint8_t>(TransportKind::kFabric) + 1; }
   SECTION("routing_len past RoutingInfo::kMaxBytes") {
     b[13] = static_cast<uint8_t>(RoutingInfo::kMaxBytes + 1);
   }
@@ -322,14 +322,22 @@ TEST_CASE("random and mutated datagrams never crash the decoder") {
   REQUIRE(ok_count > 0);  // the mutated half must reach the success path
 }
 
-TEST_CASE("transport names map to transport kinds") {
-  REQUIRE(transport_kind_from_name("udp") == TransportKind::kUdp);
-  REQUIRE(transport_kind_from_name("fake") == TransportKind::kFake);
-  REQUIRE(transport_kind_from_name("verbs") == TransportKind::kVerbs);
-  REQUIRE(transport_kind_from_name("fabric") == TransportKind::kFabric);
-  REQUIRE(transport_kind_from_name("UDP") == TransportKind::kUnknown);
-  REQUIRE(transport_kind_from_name("") == TransportKind::kUnknown);
-  REQUIRE(transport_kind_from_name("efa") == TransportKind::kUnknown);
+TEST_CASE("transport wire ids are fixed: they are part of the SM wire format") {
+  REQUIRE(transport_wire_id("udp") == 1);
+  REQUIRE(transport_wire_id("fake") == 2);
+  REQUIRE(transport_wire_id("verbs") == 3);
+  REQUIRE(transport_wire_id("fabric") == 4);
+  REQUIRE(transport_wire_id("UDP") == 0);
+  REQUIRE(transport_wire_id("") == 0);
+  REQUIRE(transport_wire_id("efa") == 0);
+}
+
+TEST_CASE("any transport id decodes: the receiving Rpc refuses one that is not its own") {
+  SmMsg m = full_msg(SmMsgType::kConnectReq);
+  m.transport = 200;
+  SmMsg out;
+  REQUIRE(decode(encode(m), out) == SmDecodeStatus::kOk);
+  CHECK(out.transport == 200);
 }
 
 TEST_CASE("every decode status has a short name") {

@@ -1,4 +1,4 @@
-// Names of public enums, the log level and the assert handler.
+// Names of public enums.
 #include <cstdlib>
 #include <cstring>
 
@@ -87,31 +87,4 @@ std::string_view to_string(SmErr err) {
   return "unknown reason";
 }
 
-namespace detail {
-
-LogLevel runtime_log_level() {
-  static const LogLevel level = [] {
-    const char* env = std::getenv("RPC_LOG_LEVEL");
-    if (env == nullptr) return LogLevel::kWarn;
-    static constexpr const char* kNames[] = {"error", "warn", "info", "debug", "trace"};
-    for (int i = 0; i < 5; i++) {
-      if (std::strcmp(env, kNames[i]) == 0) return static_cast<LogLevel>(i);
-    }
-    return LogLevel::kWarn;
-  }();
-  return level;
-}
-
-void assert_failed(const char* cond, const char* msg, const char* file, int line) {
-  fmt::print(stderr, "librpc: invariant violated: {} ({}) at {}:{}\n", msg, cond, file, line);
-  std::abort();
-}
-
-void usage_error(const char* what) {
-  fmt::print(stderr, "librpc: API misuse: {}\n", what);
-  std::fflush(stderr);
-  std::abort();
-}
-
-}  // namespace detail
 }  // namespace rpc

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
+#include "transport/registry.h"
 
 namespace rpc {
 
@@ -61,7 +62,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   if (!transport) throw Error("Rpc: " + transport.error());
   transport_ = std::move(*transport);
   transport_name_ = transport_->name();
-  transport_kind_ = transport_kind_from_name(transport_->name());
+  transport_wire_id_ = transport_wire_id(transport_->name());
   caps_ = transport_->caps();
   if (config.session_credits < kSessionReqWindow || config.session_credits > kMaxSessionCredits) {
     throw Error(fmt::format("Rpc: session_credits {} must be within [{}, {}]",

@@ -238,7 +238,7 @@ class RpcImpl {
   std::string transport_name_;
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;
-  TransportKind transport_kind_;
+  uint8_t transport_wire_id_ = 0;  // transport/registry.h
   RoutingInfo local_route_;
   std::unique_ptr<Allocator> allocator_;
   const std::array<HandlerEntry, 256>* handlers_;

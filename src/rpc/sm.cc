@@ -66,7 +66,7 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
 
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
-  m.transport = transport_kind_;
+  m.transport = transport_wire_id_;
   m.client_rpc_id = config_.rpc_id;
   m.server_rpc_id = remote_rpc_id;
   m.client_session_num = s->local_num;
@@ -121,7 +121,7 @@ void RpcImpl::send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, Sessio
                                   SessionNum server_sn, uint64_t token) {
   SmMsg m;
   m.type = SmMsgType::kDisconnectReq;
-  m.transport = transport_kind_;
+  m.transport = transport_wire_id_;
   m.client_rpc_id = config_.rpc_id;
   m.server_rpc_id = server_rpc_id;
   m.client_session_num = client_sn;
@@ -135,7 +135,7 @@ void RpcImpl::send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, Sessio
 void RpcImpl::send_session_reset(Session& session) {
   SmMsg m;
   m.type = SmMsgType::kSessionResetReq;
-  m.transport = transport_kind_;
+  m.transport = transport_wire_id_;
   m.client_rpc_id = session.remote_rpc_id;
   m.server_rpc_id = config_.rpc_id;
   m.client_session_num = session.remote_num;
@@ -150,7 +150,7 @@ void RpcImpl::send_sm_resp(const SmMsg& req, const NetAddr& to, SmErr err, Sessi
   SmMsg resp = req;
   resp.type = sm_response_type(req.type);
   resp.err = err;
-  resp.transport = transport_kind_;
+  resp.transport = transport_wire_id_;
   resp.server_session_num = server_sn;
   resp.routing = err == SmErr::kNone ? local_route_ : RoutingInfo{};
   // A connect answer carries what the transport set up for this client.
@@ -198,7 +198,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
     return send_sm_resp(m, d.from, SmErr::kInvalidSession, kInvalidSessionNum);
   }
   if (destroying_) return send_sm_resp(m, d.from, SmErr::kRemoteRpcGone, kInvalidSessionNum);
-  if (m.transport != transport_kind_)
+  if (m.transport != transport_wire_id_)
     return send_sm_resp(m, d.from, SmErr::kTransportMismatch, kInvalidSessionNum);
   // Buffers are laid out by packet size at both ends: packets of another
   // size would be dropped as malformed, and every request retransmitted

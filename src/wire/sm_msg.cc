@@ -70,21 +70,11 @@ bool type_ok(uint8_t type) {
 
 bool fields_ok(const uint8_t* p) {
   if (p[kOffErr] > static_cast<uint8_t>(kSmErrMax)) return false;
-  if (p[kOffTransport] > static_cast<uint8_t>(TransportKind::kFabric)) return false;
   if (p[kOffRoutingLen] > RoutingInfo::kMaxBytes) return false;
   return true;
 }
 
 }  // namespace
-
-TransportKind transport_kind_from_name(const char* name) {
-  if (name == nullptr) return TransportKind::kUnknown;
-  if (std::strcmp(name, "udp") == 0) return TransportKind::kUdp;
-  if (std::strcmp(name, "fake") == 0) return TransportKind::kFake;
-  if (std::strcmp(name, "verbs") == 0) return TransportKind::kVerbs;
-  if (std::strcmp(name, "fabric") == 0) return TransportKind::kFabric;
-  return TransportKind::kUnknown;
-}
 
 size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
   uint8_t* p = out.data();
@@ -93,7 +83,7 @@ size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
   put_u16(p + kOffLength, static_cast<uint16_t>(kSmMsgBytes));
   p[kOffType] = static_cast<uint8_t>(msg.type);
   p[kOffErr] = static_cast<uint8_t>(msg.err);
-  p[kOffTransport] = static_cast<uint8_t>(msg.transport);
+  p[kOffTransport] = msg.transport;
   p[kOffClientRpcId] = msg.client_rpc_id;
   p[kOffServerRpcId] = msg.server_rpc_id;
   p[kOffRoutingLen] = msg.routing_len;
@@ -137,7 +127,7 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
 
   out.type = static_cast<SmMsgType>(p[kOffType]);
   out.err = static_cast<SmErr>(p[kOffErr]);
-  out.transport = static_cast<TransportKind>(p[kOffTransport]);
+  out.transport = p[kOffTransport];
   out.client_rpc_id = p[kOffClientRpcId];
   out.server_rpc_id = p[kOffServerRpcId];
   out.routing_len = p[kOffRoutingLen];

@@ -8,7 +8,8 @@
 //    6   2   length              total bytes of the message (kSmMsgBytes)
 //    8   1   type                SmMsgType
 //    9   1   err                 rpc::SmErr (refusal reason in responses)
-//   10   1   transport           TransportKind of the sender's Rpc
+//   10   1   transport           the wire id of the sender Rpc's transport
+//                                 (transport/registry.cc; 0 is never assigned)
 //   11   1   client_rpc_id
 //   12   1   server_rpc_id
 //   13   1   routing_len         bytes of routing used, <= RoutingInfo::kMaxBytes
@@ -112,20 +113,10 @@ constexpr SmMsgType sm_response_type(SmMsgType request) {
   }
 }
 
-enum class TransportKind : uint8_t {
-  kUnknown = 0,
-  kUdp = 1,
-  kFake = 2,
-  kVerbs = 3,
-  kFabric = 4,
-};
-
-TransportKind transport_kind_from_name(const char* name);
-
 struct SmMsg {
   SmMsgType type = SmMsgType::kConnectReq;
   SmErr err = SmErr::kNone;
-  TransportKind transport = TransportKind::kUnknown;
+  uint8_t transport = 0;  // the transport's wire id (transport/registry.h)
   RpcId client_rpc_id = 0;
   RpcId server_rpc_id = 0;
   uint8_t routing_len = 0;

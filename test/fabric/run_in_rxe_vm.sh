@@ -15,24 +15,30 @@
 # FI_UNIVERSE_SIZE is left unset: the transport's own default is under test.
 # Used by `meson test --suite verbs`.
 #
-#   run_in_rxe_vm.sh FABRIC_TESTS INTEGRATION_TESTS BENCH_DIR
+#   run_in_rxe_vm.sh FABRIC_TESTS INTEGRATION_TESTS BENCH_DIR MODULE_DIR
+#
+# The test suites link the core statically, so they find the transport
+# modules through LIBRPC_MODULE_DIR=MODULE_DIR; the benchmarks link
+# librpc.so and find them on the default path, next to it.
 #
 # Skips (77) when not root (QEMU's shares of / need it) or when
 # LIBRPC_SKIP_RXE_VM=1. Any other failure, including a VM that does not
 # boot or a provider missing in it, fails the test.
 set -u
-usage="usage: run_in_rxe_vm.sh FABRIC_TESTS INTEGRATION_TESTS BENCH_DIR"
+usage="usage: run_in_rxe_vm.sh FABRIC_TESTS INTEGRATION_TESTS BENCH_DIR MODULE_DIR"
 fabric_tests=${1:?$usage}
 integration_tests=${2:?$usage}
 bench=${3:?$usage}
+module_dir=${4:?$usage}
 here=$(cd "$(dirname "$0")" && pwd -P)
 . "$here/../rxe_vm_common.sh" # skips (77) unless root; sets vm, slow
 guest_cmd="set -e
 unset FI_UNIVERSE_SIZE
+export LIBRPC_MODULE_DIR='$module_dir'  # the test suites; the benchmarks are told to forget it
 export LIBRPC_TEST_FABRIC_PROVIDER='verbs;ofi_rxm'
 ndev=\$(cat /sys/class/infiniband/\$RXE_DEV/ports/1/gid_attrs/ndevs/0)
 echo \"--- [\$SECONDS s] verbs;ofi_rxm before \$ndev has an IPv4 address: a clean error\"
-if '$bench/latency' \$slow --transport fabric --fabric-provider \"\$LIBRPC_TEST_FABRIC_PROVIDER\" \
+if env -u LIBRPC_MODULE_DIR '$bench/latency' \$slow --transport fabric --fabric-provider \"\$LIBRPC_TEST_FABRIC_PROVIDER\" \
     --sizes 32 --iters 10 --warmup 0 --duration 2 > /tmp/noip.log 2>&1; then
   cat /tmp/noip.log; echo 'FAIL: latency ran without an address'; exit 1
 fi
@@ -47,7 +53,7 @@ FI_MR_CACHE_MAX_COUNT=1024 '$fabric_tests' '[mr_cache]'
 echo \"--- [\$SECONDS s] [any_transport] integration cases over verbs;ofi_rxm\"
 LIBRPC_TEST_TRANSPORT=fabric '$integration_tests' '[any_transport]'
 echo \"--- [\$SECONDS s] two processes over verbs;ofi_rxm\"
-bash '$here/two_processes.sh' '$bench' \"\$LIBRPC_TEST_FABRIC_PROVIDER\" 31890 \$slow
+env -u LIBRPC_MODULE_DIR bash '$here/two_processes.sh' '$bench' \"\$LIBRPC_TEST_FABRIC_PROVIDER\" 31890 \$slow
 echo \"--- [\$SECONDS s] done\""
 cd "$here/../.." || exit 1 # the repository: the guest's working directory
 exec bash "$vm" -t 600 -- env slow="$slow" bash -c "$guest_cmd"

@@ -4,20 +4,26 @@
 # of each benchmark over verbs, and one across two processes. Used by
 # `meson test --suite verbs`.
 #
-#   run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR
+#   run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR MODULE_DIR
+#
+# VERBS_TESTS links the core statically and finds the verbs module through
+# LIBRPC_MODULE_DIR=MODULE_DIR (its [any_transport] cases create Rpcs over
+# verbs); the benchmarks link librpc.so and find it next to that.
 #
 # Skips (77) when not root (QEMU's shares of / need it) or when
 # LIBRPC_SKIP_RXE_VM=1. Any other failure, including a VM that does not
 # boot, fails the test: the transport must not go untested silently.
 set -u
-tests=${1:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
-bench=${2:?usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR}
+usage="usage: run_in_rxe_vm.sh VERBS_TESTS BENCH_DIR MODULE_DIR"
+tests=${1:?$usage}
+bench=${2:?$usage}
+module_dir=${3:?$usage}
 here=$(cd "$(dirname "$0")" && pwd -P)
 . "$here/../rxe_vm_common.sh" # skips (77) unless root; sets vm, slow
 # In the guest: the tests, then each benchmark for a moment (they check
 # their own results and exit nonzero on any failed request).
 guest_cmd="set -e
-'$tests'
+LIBRPC_MODULE_DIR='$module_dir' '$tests'
 echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'
 '$bench/latency' \$slow --transport verbs --sizes 32,4K --iters 2000 --warmup 200 --duration 5
 '$bench/small_rpc_tput' \$slow --transport verbs --window 8 --duration 2
