@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace app {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app_common.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "app_common.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The README's minimal program: an echo server and client in one thread.
 // Built and run by the integration suite, so the README stays true.
-#include <rpc/rpc_all.h>
+#include <librpc/rpc_all.h>
 
 #include <cstring>
 

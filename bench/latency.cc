@@ -39,7 +39,7 @@
 #include "common/scoped_buffer.h"
 #include "common/server_threads.h"
 #include "common/summary.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

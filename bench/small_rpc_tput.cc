@@ -39,7 +39,7 @@
 #include "common/json.h"
 #include "common/program.h"
 #include "common/server_threads.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 //
 //   soak [--duration SECONDS] [--loss FRACTION] [--window N] [--json FILE]
 #include <fmt/core.h>
-#include <rpc/rpc_all.h>
+#include <librpc/rpc_all.h>
 #include <unistd.h>
 
 #include <atomic>

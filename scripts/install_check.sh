@@ -4,7 +4,7 @@
 #
 #   1. meson install --destdir $TMP from an existing build dir;
 #   2. compiles $TMP/app.cc (Nexus on 127.0.0.1:0, an Rpc, a MsgBuffer,
-#      prints "ok") with the flags of the installed rpc.pc, runs it with
+#      prints "ok") with the flags of the installed librpc.pc, runs it with
 #      LD_LIBRARY_PATH pointing into $TMP, and checks it prints "ok";
 #   3. nm -D --defined-only on the installed librpc.so: prints the number of
 #      exported symbols and fails if any rpc::detail::, asio or fmt symbol is
@@ -64,9 +64,9 @@ if ! meson install -C "$build_dir" --destdir "$tmp/root" >"$tmp/install.log" 2>&
 fi
 destdir=$tmp/root
 
-mapfile -t pcs < <(find "$destdir" -path '*/pkgconfig/rpc.pc' -type f)
+mapfile -t pcs < <(find "$destdir" -path '*/pkgconfig/librpc.pc' -type f)
 if [[ ${#pcs[@]} -ne 1 ]]; then
-  echo "FAIL: expected exactly one installed pkgconfig/rpc.pc under $destdir, found ${#pcs[@]}"
+  echo "FAIL: expected exactly one installed pkgconfig/librpc.pc under $destdir, found ${#pcs[@]}"
   find "$destdir" -name '*.pc'
   exit 1
 fi
@@ -75,14 +75,14 @@ echo "pkg-config file: ${pcs[0]#"$destdir"}"
 
 # The .pc names the final prefix (/usr/local/...); PKG_CONFIG_SYSROOT_DIR
 # rewrites its -I/-L into the destdir. PKG_CONFIG_LIBDIR (not only _PATH)
-# keeps any rpc.pc installed on this machine out of the search.
+# keeps any librpc.pc installed on this machine out of the search.
 pc() { PKG_CONFIG_LIBDIR=$pc_dir PKG_CONFIG_PATH=$pc_dir PKG_CONFIG_SYSROOT_DIR=$destdir pkg-config "$@"; }
-if ! flags=$(pc --cflags --libs rpc); then
-  echo "FAIL: pkg-config --cflags --libs rpc"
+if ! flags=$(pc --cflags --libs librpc); then
+  echo "FAIL: pkg-config --cflags --libs librpc"
   exit 1
 fi
-echo "pkg-config --cflags --libs rpc: $flags"
-libdir=$(pc --variable=libdir rpc)
+echo "pkg-config --cflags --libs librpc: $flags"
+libdir=$(pc --variable=libdir librpc)
 # pkgconf prefixes --variable output with the sysroot; pkg-config 0.29 does not.
 [[ $libdir = "$destdir"/* ]] || libdir=$destdir$libdir
 if [[ ! -e $libdir/librpc.so ]]; then
@@ -100,7 +100,7 @@ cat >"$tmp/app.cc" <<'EOF'
 #include <cstdio>
 #include <exception>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 int main() {
   try {
@@ -127,7 +127,7 @@ int main() {
   return 0;
 }
 EOF
-echo "== $cxx -std=c++20 app.cc \$(pkg-config --cflags --libs rpc) -o app"
+echo "== $cxx -std=c++20 app.cc \$(pkg-config --cflags --libs librpc) -o app"
 # shellcheck disable=SC2086  # $flags is a list of compiler arguments
 if (cd "$tmp" && "$cxx" -std=c++20 app.cc $flags -o app) >"$tmp/compile.log" 2>&1; then
   pass "app.cc compiles and links against the installed librpc"
@@ -145,6 +145,29 @@ if (cd "$tmp" && "$cxx" -std=c++20 app.cc $flags -o app) >"$tmp/compile.log" 2>&
 else
   cat "$tmp/compile.log"
   fail "app.cc does not build against the installed librpc"
+fi
+
+# libtirpc's headers (-I/usr/include/tirpc) have an rpc/types.h; libc6-dev
+# owns /usr/include/rpc. Ours live in librpc/, so neither shadows them.
+if [[ -d /usr/include/tirpc/rpc ]]; then
+  headers=$(find "$destdir" -path '*/include/librpc/*.h' -printf '%f\n' | sort)
+  {
+    for h in $headers; do echo "#include <librpc/$h>"; done
+    echo 'int main() { return rpc::to_string(rpc::Errc::kOk).empty() ? 1 : 0; }'
+  } >"$tmp/every_header.cc"
+  # shellcheck disable=SC2086
+  if (cd "$tmp" && "$cxx" -std=c++20 -I/usr/include/tirpc every_header.cc $flags -o every_header) \
+      >"$tmp/compile_tirpc.log" 2>&1; then
+    pass "every public header, included as <librpc/...> after -I/usr/include/tirpc, is ours"
+  else
+    cat "$tmp/compile_tirpc.log"
+    fail "the public headers do not build with -I/usr/include/tirpc first"
+  fi
+fi
+if grep -q -- '-std=' <<<"$flags"; then
+  fail "pkg-config --cflags librpc sets a language standard: $flags"
+else
+  pass "pkg-config --cflags librpc sets no -std flag"
 fi
 
 # --- 3. exported symbols ----------------------------------------------------
@@ -252,7 +275,7 @@ if [[ -f $moddir/librpc-fabric.so ]]; then
 #include <cstdio>
 #include <exception>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 int main() {
   try {

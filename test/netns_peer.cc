@@ -60,7 +60,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <string>
 
-#include "rpc/error.h"
+#include "librpc/error.h"
 
 TEST_CASE("an Error without errno says only its context") {
   const rpc::Error e("transport 'verbs' is not implemented");

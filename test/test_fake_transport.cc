@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "rpc/config.h"
-#include "rpc/error.h"
-#include "rpc/msg_buffer.h"
+#include "librpc/config.h"
+#include "librpc/error.h"
+#include "librpc/msg_buffer.h"
 #include "transport/fake/fake_transport.h"
 
 namespace rpc::detail {

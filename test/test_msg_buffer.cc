@@ -1,5 +1,5 @@
 // MsgBuffer layout, sizing and views, built through MsgBufferAccess.
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 
 #include <catch2/catch.hpp>
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 #include "transport/udp/udp_transport.h"
 
 namespace {

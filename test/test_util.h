@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace rpc::test {
 

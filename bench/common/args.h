@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rpc/config.h"
+#include "librpc/config.h"
 
 namespace bench {
 

@@ -19,7 +19,7 @@
 #include "common/args.h"
 #include "common/closed_loop.h"
 #include "common/server_threads.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/connect.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

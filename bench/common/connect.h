@@ -8,7 +8,7 @@
 
 #include "common/args.h"
 #include "common/json.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

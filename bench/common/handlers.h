@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 
 #include "common/args.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

@@ -14,7 +14,7 @@
 
 #include "common/args.h"
 #include "common/handlers.h"
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace bench {
 

@@ -5,7 +5,7 @@
 // the difference of librpc's own instructions by the difference of N,
 // which cancels set-up and tear-down. Loopback delivers a datagram inside
 // sendmmsg, so every loop iteration does work; there is no idle polling.
-#include <rpc/rpc_all.h>
+#include <librpc/rpc_all.h>
 
 #include <cstdio>
 #include <cstdlib>

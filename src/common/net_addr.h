@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "rpc/error.h"
+#include "librpc/error.h"
 
 namespace rpc::detail {
 

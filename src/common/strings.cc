@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "rpc/error.h"
-#include "rpc/types.h"
+#include "librpc/error.h"
+#include "librpc/types.h"
 
 namespace rpc {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 #include "transport/transport.h"
 
 namespace rpc::detail {
@@ -110,7 +110,7 @@ class Allocator {
   std::atomic<AllocFailure> last_failure_{AllocFailure::kNone};
 };
 
-// Builds MsgBuffers on top of the allocator (layout in rpc/msg_buffer.h).
+// Builds MsgBuffers on top of the allocator (layout in librpc/msg_buffer.h).
 struct MsgBufferAccess {
   // Bytes needed for a buffer of max_data bytes split into data_per_pkt.
   static size_t alloc_bytes(size_t max_data, size_t data_per_pkt);

@@ -1,4 +1,4 @@
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/net_addr.h"
-#include "rpc/nexus.h"
+#include "librpc/nexus.h"
 #include "wire/sm_msg.h"
 
 namespace rpc::detail {

@@ -9,9 +9,9 @@
 #include <asio.hpp>
 
 #include "common/log.h"
+#include "librpc/error.h"
 #include "nexus/nexus_impl.h"
 #include "nexus/remote_watch.h"
-#include "rpc/error.h"
 
 namespace rpc::detail {
 

@@ -19,8 +19,8 @@
 
 #include "common/log.h"
 
+#include "librpc/rpc.h"
 #include "memory/allocator.h"
-#include "rpc/rpc.h"
 #include "session/session.h"
 #include "transport/transport.h"
 #include "wire/pkt_hdr.h"

@@ -9,11 +9,11 @@
 #include <deque>
 
 #include "common/net_addr.h"
-#include "rpc/msg_buffer.h"
-#include "rpc/req_handle.h"
-#include "rpc/rpc.h"
+#include "librpc/msg_buffer.h"
+#include "librpc/req_handle.h"
+#include "librpc/rpc.h"
+#include "librpc/stats.h"
 #include "rpc/rtt.h"
-#include "rpc/stats.h"
 #include "transport/transport.h"
 #include "wire/pkt_hdr.h"
 

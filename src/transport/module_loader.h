@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/error.h"
+#include "librpc/error.h"
 #include "transport/module.h"
 #include "transport/registry.h"
 

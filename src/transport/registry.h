@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "rpc/error.h"
+#include "librpc/error.h"
 #include "transport/transport.h"
 
 namespace rpc {

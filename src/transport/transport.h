@@ -10,8 +10,8 @@
 #include <span>
 #include <string>
 
-#include "rpc/config.h"
-#include "rpc/error.h"
+#include "librpc/config.h"
+#include "librpc/error.h"
 
 namespace rpc::detail {
 

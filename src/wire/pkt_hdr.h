@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 
 namespace rpc::detail {
 

@@ -70,7 +70,7 @@
 #include <cstdint>
 #include <span>
 
-#include "rpc/types.h"
+#include "librpc/types.h"
 #include "transport/transport.h"
 
 namespace rpc::detail {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <set>
 #include <string>
 
-#include "rpc/rpc_all.h"
+#include "librpc/rpc_all.h"
 #include "rpc_build_config.h"
 #include "test_util.h"
 #include "transport/module_loader.h"

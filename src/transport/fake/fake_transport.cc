@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/random.h"
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 
 namespace rpc::detail {
 namespace {

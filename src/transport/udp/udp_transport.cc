@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "rpc/msg_buffer.h"
+#include "librpc/msg_buffer.h"
 
 namespace rpc::detail {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "rpc/config.h"
-#include "rpc/error.h"
+#include "librpc/config.h"
+#include "librpc/error.h"
 #include "transport/verbs/verbs_routing.h"
 
 namespace rpc::detail {

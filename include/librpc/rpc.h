@@ -22,13 +22,13 @@
 #include <memory>
 #include <string>
 
-#include "rpc/config.h"
-#include "rpc/error.h"
-#include "rpc/msg_buffer.h"
-#include "rpc/nexus.h"
-#include "rpc/req_handle.h"
-#include "rpc/stats.h"
-#include "rpc/types.h"
+#include "librpc/config.h"
+#include "librpc/error.h"
+#include "librpc/msg_buffer.h"
+#include "librpc/nexus.h"
+#include "librpc/req_handle.h"
+#include "librpc/stats.h"
+#include "librpc/types.h"
 
 namespace rpc {
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "rpc/types.h"
+#include "librpc/types.h"
 
 namespace rpc {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "rpc/export.h"
+#include "librpc/export.h"
 
 namespace rpc {
 

@@ -3,8 +3,8 @@
 
 #include <atomic>
 
-#include "rpc/msg_buffer.h"
-#include "rpc/types.h"
+#include "librpc/msg_buffer.h"
+#include "librpc/types.h"
 
 namespace rpc {
 

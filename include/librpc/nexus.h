@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "rpc/config.h"
-#include "rpc/error.h"
-#include "rpc/req_handle.h"
-#include "rpc/types.h"
+#include "librpc/config.h"
+#include "librpc/error.h"
+#include "librpc/req_handle.h"
+#include "librpc/types.h"
 
 namespace rpc {
 

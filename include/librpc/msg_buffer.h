@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "rpc/export.h"
+#include "librpc/export.h"
 
 namespace rpc {
 

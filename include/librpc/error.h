@@ -10,7 +10,7 @@
 #include <utility>
 #include <variant>
 
-#include "rpc/export.h"
+#include "librpc/export.h"
 
 namespace rpc {
 

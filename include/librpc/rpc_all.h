@@ -1,0 +1,11 @@
+// Convenience header: the whole public API of librpc.
+#pragma once
+
+#include "librpc/config.h"
+#include "librpc/error.h"
+#include "librpc/msg_buffer.h"
+#include "librpc/nexus.h"
+#include "librpc/req_handle.h"
+#include "librpc/rpc.h"
+#include "librpc/stats.h"
+#include "librpc/types.h"
