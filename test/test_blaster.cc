@@ -259,7 +259,7 @@ void blast(uint16_t data_port, uint16_t sm_port, SessionNum real_sn, SessionNum 
         break;
       case 7:  // a bulk control packet on a transport without one-sided reads
         sock.send(data_port, pkt(PktHdr::make(PktType::kReq, kEcho, 1 << 20, real_sn, 0, 0, true),
-                                 sizeof(BulkCtrl)));
+                                 kBulkCtrlBytes));
         break;
       case 8:  // RFRs, credit returns and responses to the server's session
         sock.send(data_port, pkt(PktHdr::make(static_cast<PktType>(1 + rnd(3)), kEcho, 0, real_sn,
@@ -401,7 +401,7 @@ TEST_CASE("malformed datagrams over udp are dropped and counted by reason") {
   CHECK(s.drops.bad_magic == d0.bad_magic + 1);
   send(pkt(req_hdr(100, real), 4));       // msg_size beyond the data carried
   send(pkt(req_hdr(100, real, 5), 100));  // pkt_num beyond the message
-  send(pkt(PktHdr::make(PktType::kReq, kEcho, 1 << 20, real, 0, 0, true), sizeof(BulkCtrl)));
+  send(pkt(PktHdr::make(PktType::kReq, kEcho, 1 << 20, real, 0, 0, true), kBulkCtrlBytes));
   send(pkt(PktHdr::make(PktType::kRfr, kEcho, 0, real, 1, 0), 8));  // an RFR with data
   CHECK(s.drops.bad_header == d0.bad_header + 4);
   send(pkt(req_hdr(8, 999), 8));

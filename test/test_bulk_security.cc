@@ -177,12 +177,11 @@ TEST_CASE("bulk control packets that disagree with what was agreed are refused")
     FakeNetwork::instance().set_filter([&](const FakePacket& pkt) {
       const PktHdr h = PktHdr::load(pkt.bytes.data());
       if (h.pkt_type() == PktType::kReq && h.bulk()) {
-        BulkCtrl c;
-        std::memcpy(&c, pkt.bytes.data() + kPktHeaderBytes, sizeof(c));
+        BulkCtrl c = BulkCtrl::load(pkt.bytes.data() + kPktHeaderBytes);
         rewrite(c);
         // The filter is handed the packet about to be delivered (a
         // non-const object): rewrite it in place.
-        std::memcpy(const_cast<uint8_t*>(pkt.bytes.data()) + kPktHeaderBytes, &c, sizeof(c));
+        c.store(const_cast<uint8_t*>(pkt.bytes.data()) + kPktHeaderBytes);
       }
       return FakeVerdict::kDeliver;
     });

@@ -420,10 +420,9 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
     const PktHdr h = PktHdr::load(pkt.bytes.data());
     if (h.pkt_type() == PktType::kResp && h.bulk() && corrupted.exchange(1) == 0) {
       FakePacket bad = pkt;
-      BulkCtrl c;
-      std::memcpy(&c, bad.bytes.data() + kPktHeaderBytes, sizeof(c));
+      BulkCtrl c = BulkCtrl::load(bad.bytes.data() + kPktHeaderBytes);
       c.key ^= 0x7777;  // an exposure that does not exist
-      std::memcpy(bad.bytes.data() + kPktHeaderBytes, &c, sizeof(c));
+      c.store(bad.bytes.data() + kPktHeaderBytes);
       std::lock_guard lock(mu);
       to_inject.push_back(bad);
       return FakeVerdict::kDrop;

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 
+#include "wire/bulk_ctrl.h"
 #include "wire/pkt_hdr.h"
 
 using namespace rpc;
@@ -151,4 +152,21 @@ TEST_CASE("the largest message is limited by msg_size and by pkt_num") {
   STATIC_REQUIRE(max_msg_size_for(1456) == (1u << 24) - 1);
   STATIC_REQUIRE(max_msg_size_for(64) == 16384u * 64);
   STATIC_REQUIRE(max_msg_size_for(1024) == (1u << 24) - 1);  // 16384*1024 = 2^24 > field max
+}
+
+TEST_CASE("a bulk control payload is 24 little-endian bytes, whatever the host's byte order") {
+  const rpc::detail::BulkCtrl c{0x0102030405060708, 0x1112131415161718, 0x21222324, 0};
+  std::array<uint8_t, rpc::detail::kBulkCtrlBytes> b{};
+  c.store(b.data());
+  const std::array<uint8_t, 24> expect{0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+                                       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+                                       0x24, 0x23, 0x22, 0x21, 0x00, 0x00, 0x00, 0x00};
+  CHECK(b == expect);
+  const rpc::detail::BulkCtrl back = rpc::detail::BulkCtrl::load(b.data());
+  CHECK(back.addr == c.addr);
+  CHECK(back.key == c.key);
+  CHECK(back.len == c.len);
+  CHECK(back.reserved == 0);
+  b[20] = 1;
+  CHECK(rpc::detail::BulkCtrl::load(b.data()).reserved == 1);
 }

@@ -41,8 +41,8 @@ bool RpcImpl::expose_payload(const Session& session, MsgBuffer& ctrl, const MsgB
     return false;
   }
   stats_.bulk_exposures++;
-  const BulkCtrl c{exposure.remote_addr, exposure.key, static_cast<uint32_t>(payload.size()), 0};
-  std::memcpy(ctrl.data(), &c, sizeof(c));
+  BulkCtrl{exposure.remote_addr, exposure.key, static_cast<uint32_t>(payload.size()), 0}.store(
+      ctrl.data());
   return true;
 }
 
@@ -139,8 +139,7 @@ void RpcImpl::finish_orphan(uint32_t index) {
 
 void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_t msg_size,
                                      const uint8_t* ctrl_data) {
-  BulkCtrl c;
-  std::memcpy(&c, ctrl_data, sizeof(c));
+  const BulkCtrl c = BulkCtrl::load(ctrl_data);
   // The length to read is the peer's word: it must be the size the header
   // announced and within what this Rpc receives at all.
   if (c.len != msg_size || c.len > max_msg_size_ || c.reserved != 0) {
@@ -162,8 +161,7 @@ void RpcImpl::server_start_bulk_read(Session& session, ServerSlot& slot, uint32_
 }
 
 void RpcImpl::client_start_bulk_read(Session& session, ClientSlot& slot, const uint8_t* ctrl_data) {
-  BulkCtrl c;
-  std::memcpy(&c, ctrl_data, sizeof(c));
+  const BulkCtrl c = BulkCtrl::load(ctrl_data);
   // The header's size was checked against the response buffer; the control
   // packet must agree with it.
   if (c.len != slot.resp->size() || c.reserved != 0) {

@@ -110,7 +110,7 @@ void RpcImpl::send_req_pkt(ClientSlot& slot, size_t pkt_num) {
     uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
     PktHdr::make(PktType::kReq, slot.req_type, size, session.remote_num, 0, slot.req_num, true)
         .store(hdr);
-    tx_enqueue(hdr, slot.bulk_ctrl.data(), sizeof(BulkCtrl), MsgBufferAccess::lkey(slot.bulk_ctrl),
+    tx_enqueue(hdr, slot.bulk_ctrl.data(), kBulkCtrlBytes, MsgBufferAccess::lkey(slot.bulk_ctrl),
                session);
     return;
   }

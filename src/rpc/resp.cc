@@ -79,7 +79,7 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
     PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0, slot.req_num,
                  true, status)
         .store(hdr);
-    tx_enqueue(hdr, slot.bulk_ctrl.data(), sizeof(BulkCtrl), MsgBufferAccess::lkey(slot.bulk_ctrl),
+    tx_enqueue(hdr, slot.bulk_ctrl.data(), kBulkCtrlBytes, MsgBufferAccess::lkey(slot.bulk_ctrl),
                session);
     return;
   }

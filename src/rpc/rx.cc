@@ -24,7 +24,7 @@ bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
     case PktType::kResp: {
       // A bulk control packet only makes sense where one-sided reads exist;
       // elsewhere it would only make the receiver allocate for nothing.
-      if (hdr.bulk()) return caps_.bulk && data_len == sizeof(BulkCtrl) && hdr.pkt_num() == 0;
+      if (hdr.bulk()) return caps_.bulk && data_len == kBulkCtrlBytes && hdr.pkt_num() == 0;
       if (msg_size <= dpp) return hdr.pkt_num() == 0 && data_len == msg_size;  // the common case
       if (msg_size > max_msg_size_) return false;
       const size_t num_pkts = (msg_size + dpp - 1) / dpp;

@@ -58,7 +58,7 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t credits) {
     }
     if (caps_.bulk) {
       MsgBuffer& ctrl = role == SessionRole::kServer ? v.bulk_ctrl : c.bulk_ctrl;
-      ctrl = alloc_msg_buffer(sizeof(BulkCtrl));
+      ctrl = alloc_msg_buffer(kBulkCtrlBytes);
       ok = ok && ctrl.valid();
     }
   }

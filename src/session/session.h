@@ -15,6 +15,7 @@
 #include "librpc/stats.h"
 #include "rpc/rtt.h"
 #include "transport/transport.h"
+#include "wire/bulk_ctrl.h"
 #include "wire/pkt_hdr.h"
 
 namespace rpc::detail {
@@ -147,17 +148,6 @@ constexpr bool slot_transition_ok(ServerSlotState from, ServerSlotState to) {
   }
   return false;
 }
-
-// The data of a bulk control packet: where the sender exposed the payload
-// for this one transfer (Transport::expose_for_read) and how long it is.
-// Little-endian on the wire (docs/wire_format.md).
-struct BulkCtrl {
-  uint64_t addr;
-  uint64_t key;
-  uint32_t len;
-  uint32_t reserved;  // 0
-};
-static_assert(sizeof(BulkCtrl) == 24);
 
 // Server end of one request slot. Holds the ReqHandle given to handlers.
 struct ServerSlot {

@@ -3,6 +3,8 @@
 // on struct layout or host byte order.
 #include "wire/sm_msg.h"
 
+#include "wire/le.h"
+
 #include <cstring>
 
 namespace rpc::detail {
@@ -37,33 +39,6 @@ static_assert(kOffMaxDataPerPkt + 4 == kOffSessionCredits, "credits follow max_d
 static_assert(kOffReserved + 2 == kSmMsgBytes, "two reserved bytes end the message");
 static_assert(kSmMsgBytes <= 0xffff, "length must fit its u16 field");
 
-void put_u16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-
-void put_u32(uint8_t* p, uint32_t v) {
-  for (size_t i = 0; i < 4; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-void put_u64(uint8_t* p, uint64_t v) {
-  for (size_t i = 0; i < 8; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (size_t i = 0; i < 4; i++) v |= uint32_t{p[i]} << (8 * i);
-  return v;
-}
-
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; i++) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
 bool type_ok(uint8_t type) {
   return type >= static_cast<uint8_t>(SmMsgType::kConnectReq) && type <= kSmMsgTypeMax;
 }
@@ -78,21 +53,21 @@ bool fields_ok(const uint8_t* p) {
 
 size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
   uint8_t* p = out.data();
-  put_u32(p + kOffMagic, kSmMagic);
-  put_u16(p + kOffVersion, kSmVersion);
-  put_u16(p + kOffLength, static_cast<uint16_t>(kSmMsgBytes));
+  put_le32(p + kOffMagic, kSmMagic);
+  put_le16(p + kOffVersion, kSmVersion);
+  put_le16(p + kOffLength, static_cast<uint16_t>(kSmMsgBytes));
   p[kOffType] = static_cast<uint8_t>(msg.type);
   p[kOffErr] = static_cast<uint8_t>(msg.err);
   p[kOffTransport] = msg.transport;
   p[kOffClientRpcId] = msg.client_rpc_id;
   p[kOffServerRpcId] = msg.server_rpc_id;
   p[kOffRoutingLen] = msg.routing_len;
-  put_u16(p + kOffClientSessionNum, msg.client_session_num);
-  put_u16(p + kOffServerSessionNum, msg.server_session_num);
+  put_le16(p + kOffClientSessionNum, msg.client_session_num);
+  put_le16(p + kOffServerSessionNum, msg.server_session_num);
   for (size_t i = 0; i < kIncarnationBytes; i++) {
     p[kOffIncarnation + i] = static_cast<uint8_t>(msg.incarnation >> (8 * i));
   }
-  put_u64(p + kOffToken, msg.token);
+  put_le64(p + kOffToken, msg.token);
 
   // Only routing_len bytes are meaningful; the rest go out as zeros so no
   // stale memory leaks onto the wire. An oversized routing_len is clamped
@@ -101,26 +76,26 @@ size_t encode_sm_msg(const SmMsg& msg, std::span<uint8_t, kSmMsgBytes> out) {
       msg.routing_len < RoutingInfo::kMaxBytes ? msg.routing_len : RoutingInfo::kMaxBytes;
   std::memcpy(p + kOffRouting, msg.routing.bytes.data(), used);
   std::memset(p + kOffRouting + used, 0, RoutingInfo::kMaxBytes - used);
-  put_u32(p + kOffMaxDataPerPkt, msg.max_data_per_pkt);
-  put_u16(p + kOffSessionCredits, msg.session_credits);
-  put_u16(p + kOffReserved, 0);
+  put_le32(p + kOffMaxDataPerPkt, msg.max_data_per_pkt);
+  put_le16(p + kOffSessionCredits, msg.session_credits);
+  put_le16(p + kOffReserved, 0);
   return kSmMsgBytes;
 }
 
 SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   if (in.size() < kSmEnvelopeBytes) return SmDecodeStatus::kTooShort;
   const uint8_t* p = in.data();
-  if (get_u32(p + kOffMagic) != kSmMagic) return SmDecodeStatus::kBadMagic;
+  if (get_le32(p + kOffMagic) != kSmMagic) return SmDecodeStatus::kBadMagic;
 
-  if (get_u16(p + kOffVersion) != kSmVersion) {
+  if (get_le16(p + kOffVersion) != kSmVersion) {
     // The magic, version, type and token keep their place in every version:
     // enough to refuse a request of another version by its token.
     out.type = static_cast<SmMsgType>(p[kOffType]);
-    out.token = get_u64(p + kOffToken);
+    out.token = get_le64(p + kOffToken);
     return SmDecodeStatus::kVersionMismatch;
   }
 
-  const uint16_t length = get_u16(p + kOffLength);
+  const uint16_t length = get_le16(p + kOffLength);
   if (length != in.size() || length != kSmMsgBytes) return SmDecodeStatus::kBadLength;
   if (!type_ok(p[kOffType])) return SmDecodeStatus::kBadType;
   if (!fields_ok(p)) return SmDecodeStatus::kBadField;
@@ -131,9 +106,9 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   out.client_rpc_id = p[kOffClientRpcId];
   out.server_rpc_id = p[kOffServerRpcId];
   out.routing_len = p[kOffRoutingLen];
-  out.client_session_num = get_u16(p + kOffClientSessionNum);
-  out.server_session_num = get_u16(p + kOffServerSessionNum);
-  out.token = get_u64(p + kOffToken);
+  out.client_session_num = get_le16(p + kOffClientSessionNum);
+  out.server_session_num = get_le16(p + kOffServerSessionNum);
+  out.token = get_le64(p + kOffToken);
   out.incarnation = 0;
   for (size_t i = 0; i < kIncarnationBytes; i++) {
     out.incarnation |= uint64_t{p[kOffIncarnation + i]} << (8 * i);
@@ -141,8 +116,8 @@ SmDecodeStatus decode_sm_msg(std::span<const uint8_t> in, SmMsg& out) {
   // Bytes past routing_len carry no meaning; keep the decoded copy canonical.
   out.routing = RoutingInfo{};
   std::memcpy(out.routing.bytes.data(), p + kOffRouting, out.routing_len);
-  out.max_data_per_pkt = get_u32(p + kOffMaxDataPerPkt);
-  out.session_credits = get_u16(p + kOffSessionCredits);
+  out.max_data_per_pkt = get_le32(p + kOffMaxDataPerPkt);
+  out.session_credits = get_le16(p + kOffSessionCredits);
   return SmDecodeStatus::kOk;
 }
 

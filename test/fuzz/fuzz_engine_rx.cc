@@ -180,17 +180,16 @@ struct World {
     size_t data_len = 0;
     if (h.pkt_type() == PktType::kReq || h.pkt_type() == PktType::kResp) {
       if (h.bulk()) {
-        data_len = sizeof(BulkCtrl);
+        data_len = kBulkCtrlBytes;
         bytes.resize(kPktHeaderBytes + data_len, 0);
         // Odd first data byte: point the control at the bait buffer, with
         // an offset and a length taken from the input (maybe out of bounds).
         if (bytes[kPktHeaderBytes] & 1) {
-          BulkCtrl c;
-          std::memcpy(&c, bytes.data() + kPktHeaderBytes, sizeof(c));
+          BulkCtrl c = BulkCtrl::load(bytes.data() + kPktHeaderBytes);
           c.addr = bait_exposure.remote_addr + (c.addr >> 8) % (bait.size() + 64);
           c.key = bait_exposure.key;
           c.len = c.len % (2 * bait.size());
-          std::memcpy(bytes.data() + kPktHeaderBytes, &c, sizeof(c));
+          c.store(bytes.data() + kPktHeaderBytes);
         }
       } else {
         const size_t msg_size = h.msg_size() % (kMaxFixedMsg + 1);

@@ -52,7 +52,7 @@ bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg
     case PktType::kResp:
       break;
   }
-  if (h.bulk()) return bulk_cap && h.pkt_num() == 0 && data_len == sizeof(BulkCtrl);
+  if (h.bulk()) return bulk_cap && h.pkt_num() == 0 && data_len == kBulkCtrlBytes;
   const size_t msg_size = h.msg_size();
   if (msg_size > max_msg) return false;
   const size_t num_pkts = msg_size == 0 ? 1 : (msg_size + dpp - 1) / dpp;
@@ -132,7 +132,7 @@ void check_engine(Rpc& rpc, const PktHdr& h, size_t data_len) {
   // What the receive path relies on when it copies packet data.
   if (h.pkt_type() == PktType::kReq || h.pkt_type() == PktType::kResp) {
     if (h.bulk()) {
-      FUZZ_CHECK(data_len == sizeof(BulkCtrl));
+      FUZZ_CHECK(data_len == kBulkCtrlBytes);
     } else {
       FUZZ_CHECK(h.msg_size() <= max_msg);
       FUZZ_CHECK(size_t{h.pkt_num()} * dpp + data_len <= h.msg_size());

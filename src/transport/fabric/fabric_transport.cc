@@ -59,6 +59,15 @@ FabricRoutingInfo fabric_info_of(const RoutingInfo& info) {
   return f;
 }
 
+// The address-vector handle of a resolved route: copied out of the bytes
+// (an array of uint8_t), which may not be read as a FabricRoutingInfo in
+// place (alignment, aliasing).
+fi_addr_t fi_addr_of(const RoutingInfo& resolved) {
+  fi_addr_t addr;
+  std::memcpy(&addr, resolved.bytes.data() + offsetof(FabricRoutingInfo, fi_addr), sizeof(addr));
+  return addr;
+}
+
 bool is_shm(const std::string& provider) { return provider.rfind("shm", 0) == 0; }
 
 // The hints: an RDM endpoint for untagged messages, RMA reads and writes if
@@ -562,7 +571,7 @@ void FabricTransport::queue_pending(const TxItem& item) {
     return;
   }
   PendingSend& p = pending_[(pending_head_ + pending_count_) % kMaxPending];
-  p.dest = reinterpret_cast<const FabricRoutingInfo*>(item.route->bytes.data())->fi_addr;
+  p.dest = fi_addr_of(*item.route);
   p.hdr = item.hdr;
   p.data = item.data;
   p.data_len = item.data_len;
@@ -792,8 +801,7 @@ bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   parts = got;
   const uint32_t part_len = static_cast<uint32_t>((op.len + parts - 1) / parts);
   const uint32_t parent = parents_.add(BulkParent{op.cookie, static_cast<uint32_t>(parts), false});
-  const fi_addr_t peer =
-      reinterpret_cast<const FabricRoutingInfo*>(op.route->bytes.data())->fi_addr;
+  const fi_addr_t peer = fi_addr_of(*op.route);
   for (size_t i = 0; i < parts; i++) {
     OpContext* ctx = ctxs[i];
     ctx->kind = OpKind::kBulk;

@@ -351,8 +351,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
     size_t signaled_index = n;  // none in this burst
     for (size_t i = 0; i < n; i++) {
       const TxItem& item = items[i];
-      const VerbsRoutingInfo* route =
-          reinterpret_cast<const VerbsRoutingInfo*>(item.route->bytes.data());
+      // Copied out: the bytes may not be read as a VerbsRoutingInfo in place.
+      const VerbsRoutingInfo route = verbs_info_of(*item.route);
       ibv_send_wr& wr = send_wrs_[i];
       auto& sges = send_sges_[i];
       sges[0] = ibv_sge{reinterpret_cast<uint64_t>(item.hdr), kPktHeaderBytes, item.data_lkey};
@@ -371,8 +371,8 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
         signaled_seq_ = sends_posted_;
         signaled_index = i;
       }
-      wr.wr.ud.ah = ah_entries_[route->ah_index].ah;
-      wr.wr.ud.remote_qpn = route->wire.qpn;
+      wr.wr.ud.ah = ah_entries_[route.ah_index].ah;
+      wr.wr.ud.remote_qpn = route.wire.qpn;
       wr.next = i + 1 < n ? &send_wrs_[i + 1] : nullptr;
     }
     ibv_send_wr* bad = nullptr;
