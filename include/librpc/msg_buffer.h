@@ -21,6 +21,14 @@ inline constexpr size_t kPktHeaderBytes = 16;
 namespace detail {
 struct MemRegion;
 struct MsgBufferAccess;
+
+// Packets a message of `size` bytes takes with `data_per_pkt` bytes of data
+// per packet: at least 1, since an empty message still travels as one
+// header-only packet (and a default MsgBuffer's data_per_pkt of 0 must not
+// divide). The one place this is computed.
+constexpr size_t pkts_for_size(size_t size, size_t data_per_pkt) {
+  return size <= data_per_pkt || data_per_pkt == 0 ? 1 : (size + data_per_pkt - 1) / data_per_pkt;
+}
 }  // namespace detail
 
 class RPC_EXPORT MsgBuffer {
@@ -44,10 +52,7 @@ class RPC_EXPORT MsgBuffer {
   bool resize(size_t new_size) {
     if (new_size > max_data_size_) return false;
     data_size_ = static_cast<uint32_t>(new_size);
-    // An empty message still travels as one header-only packet.
-    num_pkts_ = new_size <= data_per_pkt_
-                    ? 1
-                    : static_cast<uint32_t>((new_size + data_per_pkt_ - 1) / data_per_pkt_);
+    num_pkts_ = static_cast<uint32_t>(detail::pkts_for_size(new_size, data_per_pkt_));
     return true;
   }
 
@@ -59,7 +64,6 @@ class RPC_EXPORT MsgBuffer {
   uint32_t data_size_ = 0;
   uint32_t data_per_pkt_ = 0;
   uint32_t num_pkts_ = 0;
-  uint32_t max_num_pkts_ = 0;
   uint32_t tail_hdr_offset_ = 0;  // offset of header 1 from buf_
   detail::MemRegion* region_ = nullptr;
   uint32_t size_class_ = 0;

@@ -38,23 +38,6 @@ class RpcImpl;
 
 class Rpc;
 
-// What a continuation is told about a finished request.
-struct Completion {
-  Errc errc;         // kOk, or why the request failed
-  MsgBuffer* resp;   // the response buffer given to enqueue_request
-  size_t resp_size;  // bytes of response (resp->size() too); 0 on error
-  void* tag;         // the tag given to enqueue_request
-};
-
-// Runs on the Rpc's thread, exactly once per accepted request: when the
-// response arrives, the request fails, its session ends, or the Rpc is
-// destroyed (then from ~Rpc). It may enqueue requests, destroy sessions and
-// free buffers, but must not run the event loop (not re-entrant: aborts).
-// It should not throw; if it does, the Rpc catches the exception, logs it,
-// counts it in RpcStats::continuation_exceptions and carries on (the
-// request is complete either way).
-using Continuation = void (*)(Rpc& rpc, const Completion& completion);
-
 class RPC_EXPORT Rpc {
  public:
   // Creates the endpoint and its transport, and registers it with the

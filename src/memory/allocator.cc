@@ -216,7 +216,6 @@ MemRegion* Allocator::map_region(size_t len) noexcept {
   const int prot = PROT_READ | PROT_WRITE;
   const int flags = MAP_PRIVATE | MAP_ANONYMOUS;
   void* base = mmap(nullptr, len, prot, flags | MAP_HUGETLB, -1, 0);
-  region->hugepage = base != MAP_FAILED;
   if (base == MAP_FAILED) base = mmap(nullptr, len, prot, flags, -1, 0);
   if (base == MAP_FAILED) {
     fail(AllocFailure::kOutOfMemory);

@@ -11,8 +11,9 @@
 #include <mutex>
 #include <vector>
 
+#include "common/mem_reg.h"
+#include "librpc/error.h"
 #include "librpc/msg_buffer.h"
-#include "transport/transport.h"
 
 namespace rpc::detail {
 
@@ -21,7 +22,6 @@ struct MemRegion {
   uint8_t* base = nullptr;
   size_t len = 0;
   MemReg reg;
-  bool hugepage = false;
   size_t index = 0;  // position in the allocator's region list
 };
 

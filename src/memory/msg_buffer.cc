@@ -7,14 +7,6 @@
 namespace rpc {
 namespace {
 
-// Packets that size bytes take: at least 1, since an empty message still
-// travels as one header-only packet. data_per_pkt is 0 only in a
-// default-constructed MsgBuffer, which must not divide by zero.
-size_t num_pkts_for(size_t size, size_t data_per_pkt) {
-  if (size <= data_per_pkt || data_per_pkt == 0) return 1;
-  return (size + data_per_pkt - 1) / data_per_pkt;
-}
-
 // The data area is padded to 8 bytes so the headers after it stay aligned.
 size_t tail_hdr_offset_for(size_t max_data) { return kPktHeaderBytes + (max_data + 7) / 8 * 8; }
 
@@ -24,7 +16,7 @@ namespace detail {
 
 size_t MsgBufferAccess::alloc_bytes(size_t max_data, size_t data_per_pkt) {
   return tail_hdr_offset_for(max_data) +
-         (num_pkts_for(max_data, data_per_pkt) - 1) * kPktHeaderBytes;
+         (detail::pkts_for_size(max_data, data_per_pkt) - 1) * kPktHeaderBytes;
 }
 
 MsgBuffer MsgBufferAccess::make(const Allocation& a, size_t max_data, size_t data_per_pkt) {
@@ -38,14 +30,13 @@ MsgBuffer MsgBufferAccess::make(const Allocation& a, size_t max_data, size_t dat
 }
 
 MsgBuffer MsgBufferAccess::make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt) {
-  const auto num_pkts = static_cast<uint32_t>(num_pkts_for(data_size, data_per_pkt));
+  const auto num_pkts = static_cast<uint32_t>(detail::pkts_for_size(data_size, data_per_pkt));
   MsgBuffer m;
   m.buf_ = hdr_and_data;
   m.max_data_size_ = static_cast<uint32_t>(data_size);
   m.data_size_ = static_cast<uint32_t>(data_size);
   m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
   m.num_pkts_ = num_pkts;
-  m.max_num_pkts_ = num_pkts;
   m.tail_hdr_offset_ = static_cast<uint32_t>(tail_hdr_offset_for(data_size));
   return m;
 }

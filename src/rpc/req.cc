@@ -300,7 +300,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   const size_t dpp = caps_.max_data_per_pkt;
-  slot.req_pkts = msg_size <= dpp ? 1 : (msg_size + dpp - 1) / dpp;  // no division when small
+  slot.req_pkts = pkts_for_size(msg_size, dpp);
   const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
   if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground) {
     // Zero copy: the handler reads the request straight from the RX ring.

@@ -27,7 +27,7 @@ bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
       if (hdr.bulk()) return caps_.bulk && data_len == kBulkCtrlBytes && hdr.pkt_num() == 0;
       if (msg_size <= dpp) return hdr.pkt_num() == 0 && data_len == msg_size;  // the common case
       if (msg_size > max_msg_size_) return false;
-      const size_t num_pkts = (msg_size + dpp - 1) / dpp;
+      const size_t num_pkts = pkts_for_size(msg_size, dpp);
       const size_t pkt_num = hdr.pkt_num();
       if (pkt_num >= num_pkts) return false;
       const size_t expected = pkt_num + 1 < num_pkts ? dpp : msg_size - pkt_num * dpp;

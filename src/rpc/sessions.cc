@@ -48,7 +48,6 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t credits) {
   for (size_t i = 0; i < kSessionReqWindow; i++) {
     ClientSlot& c = s->cslots[i];
     c.session = s.get();
-    c.index = static_cast<uint8_t>(i);
     ServerSlot& v = s->sslots[i];
     v.session = s.get();
     ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);

@@ -11,8 +11,8 @@
 #include "common/net_addr.h"
 #include "librpc/msg_buffer.h"
 #include "librpc/req_handle.h"
-#include "librpc/rpc.h"
 #include "librpc/stats.h"
+#include "librpc/types.h"
 #include "rpc/rtt.h"
 #include "transport/transport.h"
 #include "wire/bulk_ctrl.h"
@@ -90,7 +90,6 @@ inline constexpr uint32_t kNoBulkRead = UINT32_MAX;
 // Client end of one request slot.
 struct ClientSlot {
   Session* session = nullptr;
-  uint8_t index = 0;
   bool active = false;
   bool in_stall_queue = false;
   bool bulk_req = false;  // request sent as a bulk control packet

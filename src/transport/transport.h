@@ -1,6 +1,7 @@
 // The one transport interface. Burst-granular: the engine makes one virtual
-// call per burst of packets, never per packet. Implementations: udp/, fake/
-// (and later verbs/, fabric/). Nothing third-party appears here.
+// call per burst of packets, never per packet. Implementations: udp/ and
+// fake/ built in, verbs/ and fabric/ as modules (registry.h). Nothing
+// third-party appears here.
 #pragma once
 
 #include <array>
@@ -10,6 +11,8 @@
 #include <span>
 #include <string>
 
+#include "common/mem_reg.h"
+#include "common/routing_info.h"
 #include "librpc/config.h"
 #include "librpc/error.h"
 
@@ -18,23 +21,6 @@ namespace rpc::detail {
 // The packet-size bound every transport takes for RpcConfig::mtu_bytes 0
 // where it has no better one: a standard Ethernet link.
 inline constexpr size_t kDefaultMtuBytes = 1500;
-
-// Opaque, fixed-size routing info each transport fills and checks. It is
-// exchanged in session-management messages, then resolved in place into
-// whatever the transport needs to address the peer.
-struct RoutingInfo {
-  static constexpr size_t kMaxBytes = 48;
-  std::array<uint8_t, kMaxBytes> bytes{};
-};
-
-// Registration of a memory region with the transport, for local use only:
-// sends from it, receives and one-sided reads into it. Peers get no access
-// to registered memory; what they may read is exposed per transfer (see
-// Exposure).
-struct MemReg {
-  uint32_t lkey = 0;     // local key (verbs lkey; fabric, fake: region id)
-  void* desc = nullptr;  // libfabric descriptor, verbs ibv_mr; unused elsewhere
-};
 
 // One payload peers may read with one-sided operations: exactly
 // [addr, addr + len) of registered memory, read-only, under a key drawn for

@@ -70,8 +70,8 @@
 #include <cstdint>
 #include <span>
 
+#include "common/routing_info.h"
 #include "librpc/types.h"
-#include "transport/transport.h"
 
 namespace rpc::detail {
 

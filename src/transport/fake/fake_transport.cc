@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "common/log.h"
 #include "common/random.h"
 #include "librpc/msg_buffer.h"
 
@@ -33,15 +34,6 @@ uint32_t read_u32(const RoutingInfo& info, size_t offset) {
 
 void write_u32(RoutingInfo& info, size_t offset, uint32_t value) {
   std::memcpy(info.bytes.data() + offset, &value, sizeof(value));
-}
-
-// Always-on invariant check: a violated one is a caller bug that would
-// otherwise corrupt the ring silently.
-void fake_check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fake transport invariant violated: %s\n", what);
-    std::abort();
-  }
 }
 
 }  // namespace
@@ -270,7 +262,7 @@ size_t FakeTransport::rx_burst(std::span<RxPacket> out) {
 }
 
 void FakeTransport::post_recvs(size_t n) {
-  fake_check(n <= ring_in_use_, "post_recvs returns more buffers than are in use");
+  RPC_ASSERT(n <= ring_in_use_, "post_recvs returns more buffers than are in use");
   ring_in_use_ -= n;
 }
 
@@ -327,7 +319,7 @@ bool FakeTransport::expose_for_read(const RoutingInfo& reader, const void* addr,
 void FakeTransport::revoke_exposure(Exposure& exposure) {
   if (!exposure.active()) return;
   auto it = exposure_keys_.find(exposure.handle);
-  fake_check(it != exposure_keys_.end() && it->second == exposure.key,
+  RPC_ASSERT(it != exposure_keys_.end() && it->second == exposure.key,
              "revoke_exposure of an exposure this transport did not make");
   FakeNetwork::instance().revoke(it->second);
   exposure_keys_.erase(it);

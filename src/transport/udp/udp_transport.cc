@@ -562,12 +562,9 @@ int UdpTransport::receive_gro(RxPacket& first) {
 }
 
 void UdpTransport::post_recvs(size_t n) {
-  if (n > ring_in_use_) {
-    // Returning buffers never handed out would let the ring overwrite
-    // packets the engine still reads.
-    std::fprintf(stderr, "udp transport: post_recvs(%zu) with only %zu in use\n", n, ring_in_use_);
-    std::abort();
-  }
+  // Returning buffers never handed out would let the ring overwrite
+  // packets the engine still reads.
+  RPC_ASSERT(n <= ring_in_use_, "udp transport: post_recvs returns more buffers than are in use");
   ring_in_use_ -= n;
 }
 
