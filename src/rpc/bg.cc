@@ -63,12 +63,4 @@ void RpcImpl::run_background_handler(const HandlerEntry& entry, ReqHandle& handl
   bg_handler_done();
 }
 
-void RpcImpl::finish_pending_handler(Session& session) {
-  RPC_ASSERT(session.pending_handlers > 0, "a response without a pending handler");
-  session.pending_handlers--;
-  if (session.state == SessionState::kDraining && session.pending_handlers == 0) {
-    free_session(session);
-  }
-}
-
 }  // namespace rpc::detail

@@ -122,12 +122,6 @@ void RpcImpl::send_req_pkt(ClientSlot& slot, size_t pkt_num) {
              MsgBufferAccess::lkey(req), session);
 }
 
-void RpcImpl::send_rfr(ClientSlot& slot, size_t resp_pkt_num) {
-  Session& session = *slot.session;
-  tx_ctrl(session, PktHdr::make(PktType::kRfr, slot.req_type, 0, session.remote_num,
-                                static_cast<uint16_t>(resp_pkt_num), slot.req_num));
-}
-
 void RpcImpl::process_stall_queue() {
   // A slot that runs out of credits again re-appends itself; handle only the
   // entries present now (by index: push_back may reallocate).

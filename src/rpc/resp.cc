@@ -70,6 +70,14 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
   server_send_resp_pkt(session, slot, 0);
 }
 
+void RpcImpl::finish_pending_handler(Session& session) {
+  RPC_ASSERT(session.pending_handlers > 0, "a response without a pending handler");
+  session.pending_handlers--;
+  if (session.state == SessionState::kDraining && session.pending_handlers == 0) {
+    free_session(session);
+  }
+}
+
 void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num) {
   MsgBuffer& resp = *slot.resp;
   const auto size = static_cast<uint32_t>(resp.size());
@@ -90,19 +98,6 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
   tx_enqueue(hdr, MsgBufferAccess::pkt_data(resp, pkt_num),
              static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(resp, pkt_num)),
              MsgBufferAccess::lkey(resp), session);
-}
-
-void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
-  ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
-  if (!slot.has_req || slot.req_num != hdr.req_num() || slot.state != ServerSlotState::kResponded) {
-    stats_.drops.stale++;
-    return;
-  }
-  if (slot.resp_bulk || hdr.pkt_num() == 0 || hdr.pkt_num() >= slot.resp->num_pkts()) {
-    stats_.drops.bad_header++;
-    return;
-  }
-  server_send_resp_pkt(session, slot, hdr.pkt_num());
 }
 
 // ---------------------------------------------------------------- client

@@ -1,6 +1,7 @@
-// Session management on the Rpc thread: create / destroy sessions, answer
-// connect and disconnect requests, apply their responses. Messages travel
-// through the Nexus's SM thread, which retransmits requests.
+// Session management on the Rpc thread: answer connect, disconnect and
+// session-reset requests and apply their responses (create_session and
+// destroy_session: session_api.cc). Messages travel through the Nexus's SM
+// thread, which retransmits requests.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,102 +13,6 @@
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
-
-namespace {
-
-// Binds a new session to its connect request: the token, and the request
-// numbers derived from it (see first_req_num).
-void bind_to_connect(Session& session, uint64_t token) {
-  session.sm_token = token;
-  const uint64_t first = first_req_num(token);
-  for (size_t i = 0; i < kSessionReqWindow; i++) {
-    session.cslots[i].next_req_num = first + i;
-    session.sslots[i].req_num = first + i;  // the first request number the slot expects
-  }
-}
-
-}  // namespace
-
-bool RpcImpl::ring_room_for(size_t credits) const {
-  return ring_reserved_ + credits <= caps_.rx_ring_size;
-}
-
-// What a server grants a client that asks for `asked` credits: never more
-// than its own setting, never below one slot each (a forged ask of 0 would
-// otherwise reserve nothing).
-size_t RpcImpl::credits_to_grant(size_t asked) const {
-  return std::min(std::max(asked, kSessionReqWindow), config_.session_credits);
-}
-
-Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
-  RPC_CHECK_OWNER("create_session");
-  if (destroying_) return Failure{"create_session: the Rpc is being destroyed"};
-  auto addr = parse_uri(remote_uri);
-  if (!addr) return Failure{"create_session: " + addr.error()};
-  if (remote_rpc_id == kInvalidRpcId) return Failure{"create_session: rpc_id 255 is reserved"};
-  if (num_sessions_ >= config_.max_sessions) {
-    return Failure{fmt::format("create_session: this Rpc already has max_sessions ({}) sessions",
-                               config_.max_sessions)};
-  }
-  if (!ring_room_for(config_.session_credits)) {
-    return Failure{fmt::format(
-        "create_session: no RX ring room for another session ({} of {} ring entries reserved, "
-        "{} more needed: RpcConfig::session_credits)",
-        ring_reserved_, caps_.rx_ring_size, config_.session_credits)};
-  }
-  Session* s = alloc_session(SessionRole::kClient, config_.session_credits);
-  if (s == nullptr) {
-    return Failure{fmt::format("create_session: cannot allocate the session's buffers ({})",
-                               allocator_->last_failure_text())};
-  }
-  hold_remote(*s, *addr, 0);  // learned from the connect response
-  s->remote_rpc_id = remote_rpc_id;
-  bind_to_connect(*s, random_u64());
-
-  SmMsg m;
-  m.type = SmMsgType::kConnectReq;
-  m.transport = transport_wire_id_;
-  m.client_rpc_id = config_.rpc_id;
-  m.server_rpc_id = remote_rpc_id;
-  m.client_session_num = s->local_num;
-  m.token = s->sm_token;
-  m.routing = local_route_;
-  // Names the server Rpc to transports that keep one connection per pair of
-  // Rpcs (verbs RC): the Nexus address and the rpc_id.
-  if (!transport_->prepare_connect(m.routing, addr->key() << 8 | remote_rpc_id)) {
-    free_session(*s);
-    return Failure{"create_session: the transport cannot set up a connection (out of resources)"};
-  }
-  s->local_offer = m.routing;
-  s->offer_pending = true;
-  m.routing_len = RoutingInfo::kMaxBytes;
-  m.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
-  m.session_credits = static_cast<uint16_t>(config_.session_credits);
-  nexus_.sm_send_request(m, *addr);
-  return s->local_num;
-}
-
-Result<bool> RpcImpl::destroy_session(SessionNum sn) {
-  RPC_CHECK_OWNER("destroy_session");
-  if (sn >= sessions_.size() || sessions_[sn] == nullptr) {
-    return Failure{fmt::format("destroy_session: no session {}", sn)};
-  }
-  Session& s = *sessions_[sn];
-  if (!s.is_client()) {
-    return Failure{
-        fmt::format("destroy_session: session {} is a server session; its client ends it", sn)};
-  }
-  if (s.state == SessionState::kConnected) {
-    disconnect_client_session(s);
-    return true;
-  }
-  if (s.state == SessionState::kConnecting) {
-    set_state(s, SessionState::kConnectingDoomed);  // ended when the connect answer arrives
-    fail_client_requests(s, Errc::kSessionDestroyed);
-    return true;
-  }
-  return Failure{fmt::format("destroy_session: session {} is already being destroyed", sn)};
-}
 
 // The disconnect carries the token of the connect that created the session,
 // and the server checks it: a late or retransmitted disconnect can then only
@@ -357,45 +262,6 @@ void RpcImpl::handle_session_reset_req(const SmDelivery& d) {
     return;
   }
   reset_client_session(*s, Errc::kSessionReset, SmErr::kRemoteRpcGone, /*send_disc=*/false);
-}
-
-void RpcImpl::hold_remote(Session& session, const NetAddr& remote, uint64_t incarnation) {
-  session.remote_nexus = remote;
-  session.remote_incarnation = incarnation;
-  session.holds_remote_ref = true;
-  nexus_.add_remote(remote, incarnation);
-}
-
-// The remote process died or restarted: every session bound to that
-// incarnation is reset. Outstanding requests fail with kSessionReset and
-// server-side state of a dead client is freed. Sessions still connecting
-// are left to their own connect timeout.
-void RpcImpl::handle_remote_failure(const NetAddr& remote, uint64_t incarnation) {
-  if (incarnation == 0) return;
-  // By index: continuations and callbacks may create sessions (and grow
-  // sessions_) while this runs.
-  for (size_t sn = 0; sn < sessions_.size(); sn++) {
-    Session* s = sessions_[sn].get();
-    if (s == nullptr || !(s->remote_nexus == remote) || s->remote_incarnation != incarnation) {
-      continue;
-    }
-    if (!s->is_client()) {
-      if (s->state == SessionState::kDraining) continue;
-      stats_.sessions_reset++;
-      end_server_session(*s);
-      continue;
-    }
-    if (s->state == SessionState::kConnected) {
-      // The server may be alive after all (a link that came back just as
-      // the timeout expired): ask it to free its end, or it would keep it
-      // until this process dies. Harmless when it is really gone.
-      reset_client_session(*s, Errc::kSessionReset, SmErr::kRemoteFailed, /*send_disc=*/true);
-    } else if (s->state == SessionState::kDisconnecting) {
-      const auto num = static_cast<SessionNum>(sn);
-      free_session(*s);  // its disconnect request would only time out
-      notify(num, SessionEvent::kDisconnected, SmErr::kRemoteFailed);
-    }
-  }
 }
 
 }  // namespace rpc::detail

@@ -36,35 +36,6 @@ void RpcImpl::tx_ctrl(Session& session, const PktHdr& hdr) {
   tx_enqueue(slot, nullptr, 0, 0, session);
 }
 
-// An explicit credit return acknowledges request packets 0..pkt_num
-// (cumulative; docs/wire_format.md), so a burst of request packets is
-// answered by one: a later return for the same request overwrites the one
-// still waiting in the TX batch instead of adding a packet. The server
-// sent one per packet before; the client then spent about a sixth of its
-// time receiving them in an 8 MiB stream.
-void RpcImpl::tx_credit_return(Session& session, ReqType req_type, size_t pkt_num,
-                               uint64_t req_num) {
-  const PktHdr hdr = PktHdr::make(PktType::kExplCr, req_type, 0, session.remote_num,
-                                  static_cast<uint16_t>(pkt_num), req_num);
-  if (last_cr_hdr_ != nullptr && last_cr_session_ == &session) {
-    const PktHdr waiting = PktHdr::load(last_cr_hdr_);
-    if (waiting.req_num() == hdr.req_num() && waiting.pkt_num() < hdr.pkt_num()) {
-      hdr.store(last_cr_hdr_);
-      stats_.credit_returns_coalesced++;
-      return;
-    }
-  }
-  uint8_t* slot = ctrl_hdr_slot();
-  hdr.store(slot);
-  const size_t queued = tx_batch_size_;
-  tx_enqueue(slot, nullptr, 0, 0, session);
-  // Only while it waits in the batch (not dropped by fault injection, not
-  // flushed by a full batch) can it be overwritten.
-  const bool waiting = tx_batch_size_ == queued + 1;
-  last_cr_hdr_ = waiting ? slot : nullptr;
-  last_cr_session_ = waiting ? &session : nullptr;
-}
-
 void RpcImpl::tx_flush() {
   if (tx_batch_size_ > 0) {
     transport_->tx_burst({tx_batch_.data(), tx_batch_size_});

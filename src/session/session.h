@@ -216,4 +216,15 @@ struct Session {
   }
 };
 
+// Binds a new session to its connect request: the token, and the request
+// numbers derived from it (see first_req_num).
+inline void bind_to_connect(Session& session, uint64_t token) {
+  session.sm_token = token;
+  const uint64_t first = first_req_num(token);
+  for (size_t i = 0; i < kSessionReqWindow; i++) {
+    session.cslots[i].next_req_num = first + i;
+    session.sslots[i].req_num = first + i;  // the first request number the slot expects
+  }
+}
+
 }  // namespace rpc::detail
