@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "fake_pair.h"
-#include "rpc/rtt.h"
+#include "session/rtt.h"
 #include "wire/pkt_hdr.h"
 
 using namespace rpc;

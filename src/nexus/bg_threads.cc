@@ -1,6 +1,7 @@
 #include "nexus/bg_threads.h"
 
-#include "rpc/rpc_impl.h"
+#include "nexus/nexus_impl.h"
+#include "nexus/rpc_endpoint.h"
 
 namespace rpc::detail {
 

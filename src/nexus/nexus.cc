@@ -6,8 +6,8 @@
 #include "common/random.h"
 #include "nexus/bg_threads.h"
 #include "nexus/nexus_impl.h"
+#include "nexus/rpc_endpoint.h"
 #include "nexus/sm_thread.h"
-#include "rpc/rpc_impl.h"
 
 namespace rpc {
 
@@ -92,7 +92,7 @@ const std::array<HandlerEntry, 256>& NexusImpl::freeze_handlers() {
   return handlers_;
 }
 
-Result<bool> NexusImpl::register_rpc(RpcId id, RpcImpl* rpc) {
+Result<bool> NexusImpl::register_rpc(RpcId id, RpcEndpoint* rpc) {
   if (id == kInvalidRpcId) return Failure{"rpc_id 255 is reserved"};
   std::lock_guard lock(registry_mutex_);
   if (rpcs_[id] != nullptr) return Failure{fmt::format("rpc_id {} is already in use", id)};
@@ -107,7 +107,7 @@ void NexusImpl::unregister_rpc(RpcId id) {
 
 bool NexusImpl::deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from) {
   std::lock_guard lock(registry_mutex_);
-  RpcImpl* rpc = rpcs_[id];
+  RpcEndpoint* rpc = rpcs_[id];
   if (rpc == nullptr) return false;
   rpc->sm_deliver(msg, from);
   return true;
@@ -115,7 +115,7 @@ bool NexusImpl::deliver_to_rpc(RpcId id, const SmMsg& msg, const NetAddr& from) 
 
 void NexusImpl::broadcast_remote_failure(const NetAddr& addr, uint64_t incarnation) {
   std::lock_guard lock(registry_mutex_);
-  for (RpcImpl* rpc : rpcs_) {
+  for (RpcEndpoint* rpc : rpcs_) {
     if (rpc != nullptr) rpc->remote_failed(addr, incarnation);
   }
 }

@@ -14,7 +14,7 @@
 
 namespace rpc::detail {
 
-class RpcImpl;
+class RpcEndpoint;
 class SmThread;
 struct SmThreadStats;
 class BgThreads;
@@ -29,7 +29,7 @@ struct HandlerEntry {
 struct BgWork {
   const HandlerEntry* entry;
   ReqHandle* handle;
-  RpcImpl* rpc;
+  RpcEndpoint* rpc;
   uint64_t run;  // the handle's background run number (see ReqHandle::bg_state_)
 };
 
@@ -46,7 +46,7 @@ class NexusImpl {
   const std::array<HandlerEntry, 256>& freeze_handlers();
 
   // Registry of Rpcs by rpc_id. register_rpc fails if taken.
-  Result<bool> register_rpc(RpcId id, RpcImpl* rpc);
+  Result<bool> register_rpc(RpcId id, RpcEndpoint* rpc);
   void unregister_rpc(RpcId id);
   // Calls rpc->sm_deliver(msg, from) under the registry lock; false if no
   // Rpc has that id.
@@ -97,7 +97,7 @@ class NexusImpl {
   std::array<HandlerEntry, 256> handlers_;
   std::atomic<bool> handlers_frozen_{false};
   std::mutex registry_mutex_;
-  std::array<RpcImpl*, 256> rpcs_{};
+  std::array<RpcEndpoint*, 256> rpcs_{};
   std::unique_ptr<SmThread> sm_thread_;
   std::unique_ptr<BgThreads> bg_threads_;
 };

@@ -17,11 +17,7 @@ void RpcImpl::submit_background(Session& session, ServerSlot& slot, const Handle
 }
 
 void RpcImpl::poll_bg_responses() {
-  {
-    std::lock_guard lock(bg_mutex_);
-    bg_local_.swap(bg_queue_);
-    bg_pending_.store(false, std::memory_order_release);
-  }
+  bg_mailbox_.take_all(bg_local_);
   // The handle stays marked background until its slot's next request: a
   // late second call from the handler's thread must still take the checked
   // path above, not this thread's.
@@ -37,7 +33,6 @@ void RpcImpl::poll_bg_responses() {
       apply_response(*r.handle, r.resp, RespStatus::kOk);
     }
   }
-  bg_local_.clear();
 }
 
 // On a background thread. An exception is the handler's way of failing:
@@ -53,14 +48,10 @@ void RpcImpl::run_background_handler(const HandlerEntry& entry, ReqHandle& handl
     uint64_t unanswered = run << 1;
     if (ReqHandleAccess::bg_state(handle).compare_exchange_strong(unanswered, unanswered | 1,
                                                                   std::memory_order_acq_rel)) {
-      {
-        std::lock_guard lock(bg_mutex_);
-        bg_queue_.push_back(BgResponse{&handle, MsgBuffer(), true});
-      }
-      bg_pending_.store(true, std::memory_order_release);
+      bg_mailbox_.post(BgResponse{&handle, MsgBuffer(), true});
     }
   }
-  bg_handler_done();
+  bg_inflight_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 }  // namespace rpc::detail

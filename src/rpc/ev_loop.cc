@@ -16,11 +16,11 @@ void RpcImpl::run_event_loop_once() noexcept {
   in_event_loop_ = true;
   const uint64_t prev_loop_ns = now_ns_;
   now_ns_ = now_ns();
-  if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
+  if (sm_mailbox_.pending()) poll_sm_queue();
   // Requests, responses, credit returns, RFRs.
   const bool rx_backlogged = process_rx() == kRxBatch;
   if (!stall_queue_.empty()) process_stall_queue();  // slots that were out of credits
-  if (bg_pending_.load(std::memory_order_acquire)) poll_bg_responses();
+  if (bg_mailbox_.pending()) poll_bg_responses();
   if (caps_.bulk) poll_bulk();  // finished one-sided reads
   // No loss scan while packets may still wait in the RX queue, or right
   // after the app kept the loop away: the answers may be queued, not lost.
@@ -45,35 +45,20 @@ void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
 // so they are bounded by what we asked, and losing one would strand a
 // session in kConnecting or kDisconnecting.
 void RpcImpl::sm_deliver(const SmMsg& msg, const NetAddr& from) {
-  std::lock_guard lock(sm_mutex_);
-  if (msg.is_request()) {
-    if (sm_queued_requests_ >= kMaxQueuedSmRequests) {
-      sm_requests_dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    sm_queued_requests_++;
+  if (!sm_mailbox_.post(SmDelivery{msg, from}, msg.is_request(), kMaxQueuedSmRequests)) {
+    sm_requests_dropped_.fetch_add(1, std::memory_order_relaxed);
   }
-  sm_queue_.push_back(SmDelivery{msg, from});
-  sm_pending_.store(true, std::memory_order_release);
 }
 
 void RpcImpl::remote_failed(const NetAddr& remote, uint64_t incarnation) {
   SmMsg msg;
   msg.incarnation = incarnation;
-  std::lock_guard lock(sm_mutex_);
-  sm_queue_.push_back(SmDelivery{msg, remote, true});
-  sm_pending_.store(true, std::memory_order_release);
+  sm_mailbox_.post(SmDelivery{msg, remote, true});
 }
 
 void RpcImpl::poll_sm_queue() {
-  {
-    std::lock_guard lock(sm_mutex_);
-    sm_local_.swap(sm_queue_);
-    sm_queued_requests_ = 0;
-    sm_pending_.store(false, std::memory_order_release);
-  }
+  sm_mailbox_.take_all(sm_local_);
   for (const SmDelivery& d : sm_local_) handle_sm(d);
-  sm_local_.clear();
 }
 
 }  // namespace rpc::detail

@@ -22,11 +22,7 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
                       "handler's handle)",
                       config_.rpc_id);
     } while (!state.compare_exchange_weak(cur, cur | 1, std::memory_order_acq_rel));
-    {
-      std::lock_guard lock(bg_mutex_);
-      bg_queue_.push_back(BgResponse{&handle, resp});
-    }
-    bg_pending_.store(true, std::memory_order_release);
+    bg_mailbox_.post(BgResponse{&handle, resp});
     return;
   }
   RPC_CHECK_OWNER("enqueue_response");

@@ -141,7 +141,7 @@ RpcImpl::~RpcImpl() {
   destroying_ = true;  // continuations below can start nothing new
   // Answers that reached us before we unregistered: a connect accepted by
   // its server must be disconnected like any connected session below.
-  if (sm_pending_.load(std::memory_order_acquire)) poll_sm_queue();
+  if (sm_mailbox_.pending()) poll_sm_queue();
   // By index: nothing below adds sessions, but free_session may not run
   // until every continuation has.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {

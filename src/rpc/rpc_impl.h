@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/mailbox.h"
 
 #include "librpc/rpc.h"
 #include "memory/allocator.h"
+#include "nexus/rpc_endpoint.h"
 #include "session/session.h"
 #include "transport/transport.h"
 #include "wire/pkt_hdr.h"
@@ -86,7 +88,7 @@ inline constexpr uint64_t kMinRxBytesPerSec = 10'000'000;
 // Ended server sessions remembered so that their connect cannot be replayed.
 inline constexpr size_t kMaxTombstones = 4096;
 
-class RpcImpl {
+class RpcImpl final : public RpcEndpoint {
  public:
   RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config);
   ~RpcImpl();
@@ -119,13 +121,12 @@ class RpcImpl {
   const std::string& transport_name() const { return transport_name_; }
   Transport& transport() { return *transport_; }
 
-  // --- called by the Nexus, from its threads ---
-  void sm_deliver(const SmMsg& msg, const NetAddr& from);
-  void bg_handler_done() { bg_inflight_.fetch_sub(1, std::memory_order_acq_rel); }
-  // Runs a background handler on the calling (background) thread; an
-  // exception fails the request with kHandlerFailed.
-  void run_background_handler(const HandlerEntry& entry, ReqHandle& handle, uint64_t run) noexcept;
-  void remote_failed(const NetAddr& remote, uint64_t incarnation);
+  // --- RpcEndpoint: called by the Nexus, from its threads ---
+  void sm_deliver(const SmMsg& msg, const NetAddr& from) override;
+  // An exception fails the request with kHandlerFailed.
+  void run_background_handler(const HandlerEntry& entry, ReqHandle& handle,
+                              uint64_t run) noexcept override;
+  void remote_failed(const NetAddr& remote, uint64_t incarnation) override;
 
  private:
   // ev_loop.cc
@@ -314,18 +315,13 @@ class RpcImpl {
   uint64_t rng_state_ = 0x9E3779B97F4A7C15ull;
 
   // Session-management deliveries from the Nexus thread.
-  std::mutex sm_mutex_;
-  std::vector<SmDelivery> sm_queue_;
-  std::vector<SmDelivery> sm_local_;
-  size_t sm_queued_requests_ = 0;  // requests in sm_queue_ (under sm_mutex_)
+  Mailbox<SmDelivery> sm_mailbox_;
+  std::vector<SmDelivery> sm_local_;  // what the loop is handling (reused)
   std::atomic<uint64_t> sm_requests_dropped_{0};
-  std::atomic<bool> sm_pending_{false};
 
   // Background handler responses.
-  std::mutex bg_mutex_;
-  std::vector<BgResponse> bg_queue_;
+  Mailbox<BgResponse> bg_mailbox_;
   std::vector<BgResponse> bg_local_;
-  std::atomic<bool> bg_pending_{false};
   std::atomic<size_t> bg_inflight_{0};
   std::atomic<uint64_t> handler_exceptions_{0};
 };

@@ -13,7 +13,7 @@
 #include "librpc/req_handle.h"
 #include "librpc/stats.h"
 #include "librpc/types.h"
-#include "rpc/rtt.h"
+#include "session/rtt.h"
 #include "transport/transport.h"
 #include "wire/bulk_ctrl.h"
 #include "wire/pkt_hdr.h"
