@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <memory>
 
+#include "common/clock.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -300,6 +301,58 @@ TEST_CASE("a lost response is resent from the cache after the RTO and the handle
   CHECK(f.client->stats().retransmissions == 1);
   CHECK(f.server->stats().duplicate_requests == 1);
   CHECK(g_handler_runs == 1);
+}
+
+namespace {
+// A clock only the test moves (RpcImpl::set_clock_for_testing).
+std::atomic<uint64_t> g_manual_ns{0};
+uint64_t manual_clock() { return g_manual_ns.load(); }
+}  // namespace
+
+TEST_CASE("with a manual clock, a lost response is resent when the RTO has passed, not before") {
+  FakePair f(256, /*rto_us=*/2000);
+  g_manual_ns = now_ns();
+  f.client->impl().set_clock_for_testing(manual_clock);
+  f.server->impl().set_clock_for_testing(manual_clock);
+  const uint32_t server_ep = endpoint_of(*f.server);
+  int responses_dropped = 0;
+  // Given the first response packet is lost
+  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
+    if (p.src == server_ep && hdr_of(p).pkt_type() == PktType::kResp && responses_dropped == 0) {
+      responses_dropped++;
+      return FakeVerdict::kDrop;
+    }
+    return FakeVerdict::kDeliver;
+  });
+  MsgBuffer req = f.client->alloc_msg_buffer(100);
+  MsgBuffer resp = f.client->alloc_msg_buffer(100);
+  fill_pattern(req, 5);
+  Outcome out;
+  REQUIRE(f.client->enqueue_request(f.sn, kEcho, req, resp, record_outcome, &out) == Errc::kOk);
+  // However long the loop runs while the time stands still, nothing is resent
+  for (int i = 0; i < 1000; i++) f.pump();
+  CHECK(responses_dropped == 1);
+  CHECK_FALSE(out.done);
+  CHECK(f.client->stats().retransmissions == 0);
+  // Nor just before the RTO (2 ms, the floor: no RTT sample yet)
+  g_manual_ns += 1'900'000;
+  for (int i = 0; i < 10; i++) f.pump();
+  CHECK(f.client->stats().retransmissions == 0);
+  // Within half an RTO after it (the loss scan runs every RTO / 2), the
+  // request is resent once and answered from the cache
+  g_manual_ns += 200'000;
+  for (int i = 0; i < 10; i++) f.pump();
+  CHECK(f.client->stats().retransmissions <= 1);
+  g_manual_ns += 1'000'000;
+  for (int i = 0; i < 10 && !out.done; i++) f.pump();
+  CHECK(out.done);
+  CHECK(out.errc == Errc::kOk);
+  CHECK(check_pattern(resp, 100, 5));
+  CHECK(f.client->stats().retransmissions == 1);
+  CHECK(f.server->stats().duplicate_requests == 1);
+  CHECK(g_handler_runs == 1);
+  f.client->free_msg_buffer(req);
+  f.client->free_msg_buffer(resp);
 }
 
 TEST_CASE("a lost request packet is resent go-back-N and the message arrives intact") {

@@ -15,7 +15,7 @@ void RpcImpl::run_event_loop_once() noexcept {
   RPC_CHECK_OWNER("run_event_loop");
   in_event_loop_ = true;
   const uint64_t prev_loop_ns = now_ns_;
-  now_ns_ = now_ns();
+  now_ns_ = read_clock();
   if (sm_mailbox_.pending()) poll_sm_queue();
   // Requests, responses, credit returns, RFRs.
   const bool rx_backlogged = process_rx() == kRxBatch;
@@ -33,7 +33,7 @@ void RpcImpl::run_event_loop_once() noexcept {
 }
 
 void RpcImpl::run_event_loop(std::chrono::microseconds duration) noexcept {
-  const uint64_t end_ns = now_ns() + static_cast<uint64_t>(duration.count()) * 1000;
+  const uint64_t end_ns = read_clock() + static_cast<uint64_t>(duration.count()) * 1000;
   do {
     run_event_loop_once();
   } while (now_ns_ < end_ns);

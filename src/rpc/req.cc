@@ -25,9 +25,13 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
   if (!req.valid() || !resp.valid() || cont == nullptr) return Errc::kInvalidArgument;
   if (req.size() > max_msg_size_) return Errc::kMsgTooLarge;
 
-  // The app may have been away from the event loop for longer than an RTO:
-  // a stale clock would make the new request look lost at once.
-  now_ns_ = now_ns();
+  // Outside the event loop the app may have been away for longer than an
+  // RTO: a stale clock would make the new request look lost at once. Inside
+  // it (a continuation or handler sending the next request) the loop read
+  // the clock this iteration; an iteration long enough to matter makes the
+  // next one skip its loss scan (loop_was_away), as eRPC reuses its loop's
+  // timestamp too.
+  if (!in_event_loop_) now_ns_ = read_clock();
   const BacklogEntry entry{req_type, &req, &resp, cont, tag};
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {

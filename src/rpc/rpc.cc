@@ -119,7 +119,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   auto registered = nexus_.register_rpc(config.rpc_id, this);
   if (!registered) throw Error("Rpc: " + registered.error());
   owner_thread_ = std::this_thread::get_id();
-  now_ns_ = now_ns();
+  now_ns_ = read_clock();
   last_loss_scan_ns_ = now_ns_;
 }
 

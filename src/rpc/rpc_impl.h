@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/mailbox.h"
 
@@ -120,6 +121,15 @@ class RpcImpl final : public RpcEndpoint {
   size_t max_data_per_pkt() const { return caps_.max_data_per_pkt; }
   const std::string& transport_name() const { return transport_name_; }
   Transport& transport() { return *transport_; }
+  // Tests: the engine reads its time from `clock` from now on, so that
+  // timeouts (RTO, request and partial-request timeouts) fire when the test
+  // moves the time, not when the wall clock does. Set before the Rpc has
+  // sessions: times already recorded came from the old clock.
+  void set_clock_for_testing(uint64_t (*manual)()) {
+    test_clock_ = manual;
+    now_ns_ = test_clock_();
+    last_loss_scan_ns_ = now_ns_;
+  }
 
   // --- RpcEndpoint: called by the Nexus, from its threads ---
   void sm_deliver(const SmMsg& msg, const NetAddr& from) override;
@@ -246,6 +256,10 @@ class RpcImpl final : public RpcEndpoint {
   size_t max_msg_size_ = 0;
   mutable RpcStats stats_;  // mutable: stats() folds in counters kept elsewhere
   uint64_t now_ns_ = 0;
+  // A test's manual clock (set_clock_for_testing); nullptr: now_ns()
+  // (CLOCK_MONOTONIC), read inline on the hot path.
+  uint64_t (*test_clock_)() = nullptr;
+  uint64_t read_clock() const { return test_clock_ == nullptr ? now_ns() : test_clock_(); }
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;

@@ -206,7 +206,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   set_state(s, SessionState::kConnected);
   stats_.sessions_created++;
   if (destroying_) return;  // ~Rpc disconnects it next; nothing is sent or told
-  now_ns_ = now_ns();
+  now_ns_ = read_clock();
   for (ClientSlot& slot : s.cslots) {
     if (s.backlog.empty()) break;
     if (slot.active) continue;

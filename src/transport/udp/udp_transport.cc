@@ -534,6 +534,16 @@ int UdpTransport::receive_gro(RxPacket& first) {
   stage_dirty_ = static_cast<size_t>(r);
   staged_head_ = 0;
   staged_count_ = 0;
+  // The common case of a request/response exchange: one datagram, neither
+  // merged (no UDP_GRO control message) nor truncated, already in place.
+  if (r == 1 && stage_msgs_[0].msg_hdr.msg_controllen == 0 &&
+      (stage_msgs_[0].msg_hdr.msg_flags & MSG_TRUNC) == 0 && stage_msgs_[0].msg_len <= pkt_bytes) {
+    const sockaddr_in& src = stage_src_[0];
+    first = {slot, stage_msgs_[0].msg_len, make_src_key(src.sin_addr.s_addr, src.sin_port)};
+    ring_head_ = ring_head_ + 1 == caps_.rx_ring_size ? 0 : ring_head_ + 1;
+    ring_in_use_++;
+    return 0;
+  }
   int result = 1;
   for (size_t i = 0; i < static_cast<size_t>(r); i++) {
     msghdr& h = stage_msgs_[i].msg_hdr;
