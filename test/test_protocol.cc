@@ -283,18 +283,25 @@ TEST_CASE("a duplicate request is answered from the cached response") {
   CHECK(f.client->stats().requests_completed == 1);
 }
 
-TEST_CASE("a lost response is resent from the cache after the RTO and the handler runs once") {
-  FakePair f;
+namespace {
+// Drops the server's first response packet, counting it in `dropped`.
+void drop_first_response(FakePair& f, int& dropped) {
   const uint32_t server_ep = endpoint_of(*f.server);
-  int responses_dropped = 0;
-  // Given the first response packet is lost
-  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
-    if (p.src == server_ep && hdr_of(p).pkt_type() == PktType::kResp && responses_dropped == 0) {
-      responses_dropped++;
+  FakeNetwork::instance().set_filter([server_ep, &dropped](const FakePacket& p) {
+    if (p.src == server_ep && hdr_of(p).pkt_type() == PktType::kResp && dropped == 0) {
+      dropped++;
       return FakeVerdict::kDrop;
     }
     return FakeVerdict::kDeliver;
   });
+}
+}  // namespace
+
+TEST_CASE("a lost response is resent from the cache after the RTO and the handler runs once") {
+  FakePair f;
+  int responses_dropped = 0;
+  // Given the first response packet is lost
+  drop_first_response(f, responses_dropped);
   // Expect the client to retransmit once and the server to answer from cache
   CHECK(f.echo(100, 4).errc == Errc::kOk);
   CHECK(responses_dropped == 1);
@@ -314,16 +321,9 @@ TEST_CASE("with a manual clock, a lost response is resent when the RTO has passe
   g_manual_ns = now_ns();
   f.client->impl().set_clock_for_testing(manual_clock);
   f.server->impl().set_clock_for_testing(manual_clock);
-  const uint32_t server_ep = endpoint_of(*f.server);
   int responses_dropped = 0;
   // Given the first response packet is lost
-  FakeNetwork::instance().set_filter([&](const FakePacket& p) {
-    if (p.src == server_ep && hdr_of(p).pkt_type() == PktType::kResp && responses_dropped == 0) {
-      responses_dropped++;
-      return FakeVerdict::kDrop;
-    }
-    return FakeVerdict::kDeliver;
-  });
+  drop_first_response(f, responses_dropped);
   MsgBuffer req = f.client->alloc_msg_buffer(100);
   MsgBuffer resp = f.client->alloc_msg_buffer(100);
   fill_pattern(req, 5);
