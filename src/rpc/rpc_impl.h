@@ -123,8 +123,9 @@ class RpcImpl final : public RpcEndpoint {
   Transport& transport() { return *transport_; }
   // Tests: the engine reads its time from `clock` from now on, so that
   // timeouts (RTO, request and partial-request timeouts) fire when the test
-  // moves the time, not when the wall clock does. Set before the Rpc has
-  // sessions: times already recorded came from the old clock.
+  // moves the time, not when the wall clock does. Times already recorded
+  // came from the old clock: set it before the Rpc has requests in flight,
+  // with the manual clock starting at now_ns().
   void set_clock_for_testing(uint64_t (*manual)()) {
     test_clock_ = manual;
     now_ns_ = test_clock_();

@@ -452,8 +452,7 @@ size_t UdpTransport::take_staged(std::span<RxPacket> out) {
       std::memcpy(buf, &stage_mem_[st.buf_index * kGroBufBytes + st.consumed], len);
     }
     out[k++] = {buf, len, st.src_key};
-    ring_head_ = ring_head_ + 1 == ring_size ? 0 : ring_head_ + 1;
-    ring_in_use_++;
+    hand_out_ring_buffer();
     st.consumed += len;
     if (st.consumed == st.len) {
       staged_head_++;
@@ -540,8 +539,7 @@ int UdpTransport::receive_gro(RxPacket& first) {
       (stage_msgs_[0].msg_hdr.msg_flags & MSG_TRUNC) == 0 && stage_msgs_[0].msg_len <= pkt_bytes) {
     const sockaddr_in& src = stage_src_[0];
     first = {slot, stage_msgs_[0].msg_len, make_src_key(src.sin_addr.s_addr, src.sin_port)};
-    ring_head_ = ring_head_ + 1 == caps_.rx_ring_size ? 0 : ring_head_ + 1;
-    ring_in_use_++;
+    hand_out_ring_buffer();
     return 0;
   }
   int result = 1;
@@ -558,8 +556,7 @@ int UdpTransport::receive_gro(RxPacket& first) {
     if (i == 0) {
       if (seg == len && len <= pkt_bytes) {  // one packet, already where it belongs
         first = {slot, len, key};
-        ring_head_ = ring_head_ + 1 == caps_.rx_ring_size ? 0 : ring_head_ + 1;
-        ring_in_use_++;
+        hand_out_ring_buffer();
         result = 0;
         continue;
       }

@@ -88,6 +88,11 @@ class UdpTransport final : public Transport {
   std::array<sockaddr_in, kMaxBatch> tx_dsts_{};
   size_t ring_head_ = 0;
   size_t ring_in_use_ = 0;
+  // The buffer at ring_head_ now holds a packet handed to the engine.
+  void hand_out_ring_buffer() {
+    ring_head_ = ring_head_ + 1 == caps_.rx_ring_size ? 0 : ring_head_ + 1;
+    ring_in_use_++;
+  }
 
   // --- GSO (tx_burst) ---
   void enable_offloads();
