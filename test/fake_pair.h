@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "manual_clock.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -107,6 +108,18 @@ struct Pair {
   void pump_for(std::chrono::milliseconds d) {
     const auto end = std::chrono::steady_clock::now() + d;
     while (std::chrono::steady_clock::now() < end) pump();
+  }
+  // Both Rpcs read the manual clock (manual_clock.h) from here on.
+  void use_manual_clock() {
+    test::use_manual_clock(server->impl());
+    test::use_manual_clock(client->impl(), /*start_now=*/false);
+  }
+  // Moves the manual clock on by d and runs both loops a few times: the
+  // first pass sees the jump, and the loss scan waits one pass after a loop
+  // that was away (ev_loop.cc), so the later passes scan.
+  void advance(std::chrono::microseconds d) {
+    advance_manual_clock(d);
+    for (int i = 0; i < 4; i++) pump();
   }
   Session& server_session() {
     Session* s = RpcImplTestAccess::session(server->impl(), 0);

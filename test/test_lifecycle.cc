@@ -228,14 +228,21 @@ TEST_CASE("a peer cannot make a server hold more than its receive budget") {
   Pair p(RpcConfig{.partial_request_timeout_ms = 50,
                    .rx_budget_per_session_bytes = 8192,
                    .rx_budget_per_rpc_bytes = 8192});
+  p.use_manual_clock();
   // When a peer starts 8 requests of 4 KiB and never finishes them
   for (size_t i = 0; i < kSessionReqWindow; i++) inject_first_packet(p, i, 4096);
   for (int i = 0; i < 10; i++) p.server->run_event_loop_once();
   // Expect two to be held (8 KiB), six dropped and counted
   CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 8192);
   CHECK(p.server->stats().drops.rx_budget == 6);
-  // and the held ones to be dropped and their memory returned after the timeout
-  REQUIRE(p.pump_until([&] { return p.server->stats().partial_requests_abandoned == 2; }));
+  // and the held ones kept until the timeout
+  p.advance(49ms);
+  CHECK(p.server->stats().partial_requests_abandoned == 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 8192);
+  // then dropped, and their memory returned, at the first loss scan after
+  // it (scans run every half RTO: 2.5 ms by default)
+  p.advance(3ms);
+  CHECK(p.server->stats().partial_requests_abandoned == 2);
   CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
 }
 
@@ -376,11 +383,18 @@ TEST_CASE("a destroyed server Rpc resets its clients' sessions, saying why") {
 
 TEST_CASE("a request that hears nothing for request_timeout_ms fails with kTimedOut") {
   Pair p({}, RpcConfig{.request_timeout_ms = 100});
+  p.use_manual_clock();
   Call stuck(*p.client, 32);
   Call queued(*p.client, 32);
   REQUIRE(stuck.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
   REQUIRE(queued.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return stuck.runs > 0; }));
+  // Not before the timeout, however long the loop runs (RTOs come and go)
+  for (int ms = 0; ms < 99; ms++) p.advance(1ms);
+  CHECK(stuck.runs == 0);
+  CHECK(queued.runs == 1);
+  // At the first loss scan after the timeout (every half RTO: 2.5 ms)
+  p.advance(3ms);
+  REQUIRE(stuck.runs == 1);
   CHECK(stuck.errc == Errc::kTimedOut);
   CHECK(p.client->stats().requests_timed_out == 1);
   CHECK(p.client_events.back() == Event{p.sn, SessionEvent::kReset, SmErr::kRequestTimeout});
@@ -454,17 +468,20 @@ TEST_CASE("a request timing out in the scan that rolled back another frees nothi
   // Given two requests to a server whose handler never answers: the older
   // one in slot 1, a newer one in slot 0 (slot 0 was used and freed first)
   Pair p({}, RpcConfig{.rto_us = 2000, .request_timeout_ms = 100});
+  p.use_manual_clock();
   Call first(*p.client, 32);
   REQUIRE(first.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
   Call older(*p.client, 32);
   REQUIRE(older.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
   REQUIRE(p.pump_until([&] { return first.runs > 0 && g_deferred != nullptr; }));
-  p.pump_for(50ms);
+  for (int ms = 0; ms < 50; ms++) p.advance(1ms);
   Call newer(*p.client, 32);
   REQUIRE(newer.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
   // When the older one times out in the same scan that rolls the newer one
-  // back (its retransmission queued for the wire)
-  REQUIRE(p.pump_until([&] { return older.runs > 0; }));
+  // back (its retransmission queued for the wire): the newer one's RTO,
+  // doubled on each timeout, has passed by 50 ms later
+  p.advance(50ms);
+  CHECK(older.runs == 1);
   // Expect both completed once (ASan: no packet sent from the freed session)
   CHECK(older.errc == Errc::kTimedOut);
   CHECK(newer.runs == 1);
@@ -487,14 +504,20 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
     hdr.store(pkt.bytes.data());
     FakeNetwork::instance().send(pkt);
   };
+  p.use_manual_clock();
   // When a peer sends one packet every 30 ms: never silent for 50 ms, but
   // far below 10 MB/s
+  const uint64_t deadline_ms = 50 + (uint64_t{msg_size} * 1000 / kMinRxBytesPerSec) + 1;
   for (uint16_t k = 0; k < 9; k++) {
     send_pkt(k);
-    const auto until = std::chrono::steady_clock::now() + 30ms;
-    while (std::chrono::steady_clock::now() < until) p.server->run_event_loop_once();
+    p.pump();  // received now
+    p.advance(30ms);
+    // Expect it held until its deadline (50 ms + its size at 10 MB/s) and
+    // dropped at the first scan after it
+    CHECK(p.server->stats().partial_requests_abandoned ==
+          (uint64_t{k + 1u} * 30 >= deadline_ms ? 1u : 0u));
   }
-  // Expect the request dropped and its budget returned before it completes
+  // and its budget returned before it completes
   CHECK(p.server->stats().partial_requests_abandoned == 1);
   CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
   CHECK(p.server->stats().handlers_run == 0);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "manual_clock.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -310,17 +311,10 @@ TEST_CASE("a lost response is resent from the cache after the RTO and the handle
   CHECK(g_handler_runs == 1);
 }
 
-namespace {
-// A clock only the test moves (RpcImpl::set_clock_for_testing).
-std::atomic<uint64_t> g_manual_ns{0};
-uint64_t manual_clock() { return g_manual_ns.load(); }
-}  // namespace
-
 TEST_CASE("with a manual clock, a lost response is resent when the RTO has passed, not before") {
   FakePair f(256, /*rto_us=*/2000);
-  g_manual_ns = now_ns();
-  f.client->impl().set_clock_for_testing(manual_clock);
-  f.server->impl().set_clock_for_testing(manual_clock);
+  use_manual_clock(f.client->impl());
+  use_manual_clock(f.server->impl(), /*start_now=*/false);
   int responses_dropped = 0;
   // Given the first response packet is lost
   drop_first_response(f, responses_dropped);

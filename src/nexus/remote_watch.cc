@@ -4,19 +4,22 @@
 
 #include "common/log.h"
 #include "common/random.h"
-#include "nexus/nexus_impl.h"
 #include "nexus/sm_thread.h"
 
 namespace rpc::detail {
 
-RemoteWatch::RemoteWatch(NexusImpl& nexus, SmThreadStats& stats, Send send, Timing timing)
-    : nexus_(nexus), stats_(stats), send_(std::move(send)), timing_(timing) {}
+RemoteWatch::RemoteWatch(SmThreadStats& stats, Send send, Failed failed, Timing timing, Now now)
+    : stats_(stats),
+      send_(std::move(send)),
+      failed_(std::move(failed)),
+      timing_(timing),
+      now_(now) {}
 
 void RemoteWatch::add(const NetAddr& addr, uint64_t incarnation) {
   Remote& r = remotes_[addr.key()];
   if (r.refs++ == 0) {
     r.addr = addr;
-    r.last_heard = Clock::now();
+    r.last_heard = now_();
   }
   // A server learns its client's incarnation from the connect request,
   // before any heartbeat: a client killed right away must still fail.
@@ -43,7 +46,7 @@ void RemoteWatch::on_message(const NetAddr& from, uint64_t incarnation) {
   Remote& r = it->second;
   if (r.incarnation == 0) r.incarnation = incarnation;  // first heard, or heard again after failing
   if (r.incarnation == incarnation) {
-    r.last_heard = Clock::now();
+    r.last_heard = now_();
     return;
   }
   if (r.probe_nonce == 0) start_probe(r);
@@ -53,7 +56,7 @@ void RemoteWatch::start_probe(Remote& r) {
   do {
     r.probe_nonce = random_u64();
   } while (r.probe_nonce == 0);
-  const auto now = Clock::now();
+  const auto now = now_();
   r.probe_next_retry = now + timing_.probe_retry;
   r.probe_deadline = now + timing_.probe_timeout;
   stats_.probes_sent++;
@@ -87,14 +90,14 @@ void RemoteWatch::on_probe_resp(const SmMsg& msg, const NetAddr& from) {
     declare_failed(r);
   }
   r.incarnation = msg.incarnation;
-  r.last_heard = Clock::now();
+  r.last_heard = now_();
 }
 
 // Every remote still referred to gets a heartbeat; one silent for the
 // failure timeout is declared failed (once: it must be heard again, with
 // any incarnation, before it can fail again).
 void RemoteWatch::on_heartbeat_tick() {
-  const auto now = Clock::now();
+  const auto now = now_();
   SmMsg hb;
   hb.type = SmMsgType::kHeartbeat;
   for (auto& [key, r] : remotes_) {
@@ -108,7 +111,7 @@ void RemoteWatch::on_heartbeat_tick() {
 }
 
 void RemoteWatch::on_retry_tick() {
-  const auto now = Clock::now();
+  const auto now = now_();
   for (auto& [key, r] : remotes_) {
     if (r.probe_nonce == 0) continue;
     if (now >= r.probe_deadline) {
@@ -125,9 +128,9 @@ void RemoteWatch::on_retry_tick() {
 void RemoteWatch::declare_failed(Remote& r) {
   stats_.remote_failures++;
   RPC_LOG_INFO("remote Nexus {} (incarnation {:x}) failed", r.addr.to_string(), r.incarnation);
-  nexus_.broadcast_remote_failure(r.addr, r.incarnation);
+  failed_(r.addr, r.incarnation);
   r.incarnation = 0;
-  r.last_heard = Clock::now();
+  r.last_heard = now_();
 }
 
 }  // namespace rpc::detail

@@ -14,21 +14,25 @@
 
 namespace rpc::detail {
 
-class NexusImpl;
 struct SmThreadStats;
 
 class RemoteWatch {
  public:
   using Clock = std::chrono::steady_clock;
   using Send = std::function<void(const SmMsg&, const NetAddr&)>;
+  // Told of a remote declared failed: its address and the incarnation
+  // that failed (the Nexus tells every Rpc).
+  using Failed = std::function<void(const NetAddr&, uint64_t)>;
+  // The clock: Clock::now, or a test's manual one (no sleeping in tests).
+  using Now = Clock::time_point (*)();
   struct Timing {
     std::chrono::milliseconds probe_retry;    // sm_retry_ms
     std::chrono::milliseconds probe_timeout;  // sm_timeout_ms
     std::chrono::milliseconds failure_timeout;
   };
 
-  // nexus is told of failures; send stamps and sends a message.
-  RemoteWatch(NexusImpl& nexus, SmThreadStats& stats, Send send, Timing timing);
+  // send stamps and sends a message; failed is told of failures.
+  RemoteWatch(SmThreadStats& stats, Send send, Failed failed, Timing timing, Now now = &Clock::now);
 
   // A remote is watched while at least one session refers to it.
   // incarnation: the remote's, when already known (else 0).
@@ -68,10 +72,11 @@ class RemoteWatch {
   void start_probe(Remote& r);
   void send_probe(const Remote& r);
 
-  NexusImpl& nexus_;
   SmThreadStats& stats_;
   Send send_;
+  Failed failed_;
   Timing timing_;
+  Now now_;
   std::unordered_map<uint64_t, Remote> remotes_;  // by NetAddr::key()
 };
 

@@ -114,7 +114,10 @@ struct SmThread::State {
         timeout(c.timeout_ms),
         heartbeat_interval(c.heartbeat_interval_ms),
         remotes(
-            n, stats, [this](const SmMsg& m, const NetAddr& to) { send_now(m, to); },
+            stats, [this](const SmMsg& m, const NetAddr& to) { send_now(m, to); },
+            [&n](const NetAddr& addr, uint64_t incarnation) {
+              n.broadcast_remote_failure(addr, incarnation);
+            },
             RemoteWatch::Timing{retry, timeout, std::chrono::milliseconds(c.failure_timeout_ms)}) {}
 
   void send_now(const SmMsg& msg, const NetAddr& to) {
