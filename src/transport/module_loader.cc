@@ -113,9 +113,14 @@ KeepSignalHandlers::~KeepSignalHandlers() {
   }
 }
 
+// secure_getenv: a set-user-ID or set-group-ID program ignores the variable,
+// as the dynamic linker ignores LD_LIBRARY_PATH there; otherwise whoever
+// runs it would choose the code it loads.
+const char* module_dir_env() { return ::secure_getenv(kModuleDirEnv); }
+
 std::vector<std::string> module_search_dirs() {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv(kModuleDirEnv); env != nullptr) {
+  if (const char* env = module_dir_env(); env != nullptr) {
     std::string_view list = env;
     while (!list.empty()) {
       const size_t colon = list.find(':');
@@ -156,7 +161,7 @@ Result<const TransportModule*> load_transport_module(const TransportEntry& entry
   std::string where;
   for (const std::string& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
   if (where.empty()) where = fmt::format("nowhere ({} is set but empty)", kModuleDirEnv);
-  const bool from_env = std::getenv(kModuleDirEnv) != nullptr;
+  const bool from_env = module_dir_env() != nullptr;
   std::string message = fmt::format(
       "transport '{}' is the module {}, which could not be loaded (looked in {}{}){}", entry.name,
       entry.module_file, where, from_env ? fmt::format(", from {}", kModuleDirEnv) : "", refused);

@@ -1,9 +1,9 @@
 // The transport table (registry.h) and the factory that uses it.
 #include "transport/registry.h"
 
-#include <array>
-
 #include <fmt/format.h>
+
+#include <iterator>
 
 #include "rpc_build_config.h"
 #include "transport/fake/fake_transport.h"
@@ -22,14 +22,28 @@ std::unique_ptr<Transport> make_fake(const RpcConfig& config, const std::string&
   return std::make_unique<FakeTransport>(config);
 }
 
-// Wire ids are part of the SM wire format (docs/wire_format.md): assign a
-// new transport the next free one and never reuse an id.
-constexpr std::array<TransportEntry, 4> kTable{{
-    {"udp", 1, &make_udp, nullptr, false, nullptr},
-    {"fake", 2, &make_fake, nullptr, false, nullptr},
-    {"verbs", 3, nullptr, "librpc-verbs.so", RPC_HAVE_VERBS, "libibverbs-dev (rdma-core)"},
-    {"fabric", 4, nullptr, "librpc-fabric.so", RPC_HAVE_FABRIC, "libfabric-dev"},
-}};
+// RPC_MODULE_BUILT_<name>: set by the module's meson.build when this build
+// made it.
+#define RPC_BUILT_IN(name, wire_id, factory) {#name, wire_id, &factory, nullptr, false, nullptr},
+#define RPC_MODULE(name, wire_id, build_needs) \
+  {#name, wire_id, nullptr, "librpc-" #name ".so", RPC_MODULE_BUILT_##name, build_needs},
+constexpr TransportEntry kTable[] = {
+#include "transport/transports.def"
+};
+#undef RPC_BUILT_IN
+#undef RPC_MODULE
+
+// Names and wire ids identify a transport: each appears once.
+constexpr bool table_is_unique() {
+  for (size_t i = 0; i < std::size(kTable); i++) {
+    for (size_t j = i + 1; j < std::size(kTable); j++) {
+      if (kTable[i].name == kTable[j].name || kTable[i].wire_id == kTable[j].wire_id) return false;
+    }
+    if (kTable[i].wire_id == 0) return false;  // 0: unknown
+  }
+  return true;
+}
+static_assert(table_is_unique(), "transports.def: a name or wire id appears twice, or an id is 0");
 
 }  // namespace
 

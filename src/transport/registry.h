@@ -1,4 +1,4 @@
-// Every transport librpc knows, in one table (registry.cc): its name, the
+// Every transport librpc knows, in one table (transports.def): its name, the
 // id that SM messages carry for it, and where its code lives. Built-in
 // transports are compiled into librpc.so; the RDMA ones are modules
 // (librpc-verbs.so, librpc-fabric.so) that an Rpc loads with dlopen the

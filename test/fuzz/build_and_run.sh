@@ -30,7 +30,11 @@ mkdir -p "$bdir/obj"
 # The build configuration header meson would generate: no RDMA transports.
 cfg=$bdir/gen/rpc_build_config.h
 mkdir -p "$bdir/gen"
-printf '#pragma once\n#define RPC_HAVE_VERBS 0\n#define RPC_HAVE_FABRIC 0\n#define RPC_VERSION "fuzz"\n#define RPC_MODULE_INSTALL_DIR "/nonexistent"\n' >"$cfg.tmp"
+{
+  printf '#pragma once\n#define RPC_VERSION "fuzz"\n#define RPC_MODULE_INSTALL_DIR "/nonexistent"\n'
+  # Every module of the transport table, not built.
+  sed -n 's/^RPC_MODULE(\([a-z0-9_]*\),.*/#define RPC_MODULE_BUILT_\1 0/p' "$root/src/transport/transports.def"
+} >"$cfg.tmp"
 cmp -s "$cfg.tmp" "$cfg" 2>/dev/null && rm "$cfg.tmp" || mv "$cfg.tmp" "$cfg"
 
 # The library sources, from src/meson.build so the list never drifts.

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -112,6 +113,17 @@ TEST_CASE("without LIBRPC_MODULE_DIR, modules are searched next to librpc, then 
   CHECK(dirs[2] == RPC_MODULE_INSTALL_DIR);
 }
 
+// Run only by setuid_module_dir.sh, as a set-user-ID copy started by an
+// unprivileged user with LIBRPC_MODULE_DIR set: the variable must not
+// choose what a privileged program loads.
+TEST_CASE("a set-user-ID program ignores LIBRPC_MODULE_DIR", "[.setuid]") {
+  REQUIRE(::getauxval(AT_SECURE) != 0);
+  REQUIRE(std::getenv("LIBRPC_MODULE_DIR") != nullptr);  // the variable is there...
+  const std::vector<std::string> dirs = module_search_dirs();
+  for (const std::string& dir : dirs) CHECK(dir != std::getenv("LIBRPC_MODULE_DIR"));
+  CHECK(dirs.back() == RPC_MODULE_INSTALL_DIR);  // ...and the default path is used
+}
+
 TEST_CASE("a module of another ABI version is refused, saying which") {
   const std::string error = load_error("librpc-test-abi.so");
   CHECK_THAT(error, Catch::Contains("librpc-test-abi.so"));
@@ -181,7 +193,7 @@ TEST_CASE("udp works with no transport module anywhere") {
   std::filesystem::remove(dir);
 }
 
-#if RPC_HAVE_FABRIC
+#if RPC_MODULE_BUILT_fabric
 namespace {
 void app_handler(int) {}
 }  // namespace
