@@ -129,6 +129,11 @@ TEST_CASE(
   CHECK_FALSE(client.is_connected(sn));
   CHECK(client.stats().sessions_reset == 1);
   CHECK(client.num_active_sessions() == 0);
+  // and the Nexus's counters to say why (Nexus::stats)
+  const NexusStats sm = nexus.stats();
+  CHECK(sm.remote_failures == 1);
+  CHECK(sm.heartbeats_sent >= 1);
+  CHECK(sm.rx_msgs >= 1);
 
   // And a new server on the same port accepts a new session
   auto restarted = start_hello_server(uri);

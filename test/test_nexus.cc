@@ -147,7 +147,7 @@ struct WatchedRemote {
     REQUIRE(resp->err == SmErr::kNone);
     REQUIRE(wait_until([&] { return server.num_active_sessions() == 1; }));
   }
-  const SmThreadStats& stats() { return nexus.impl().sm_stats(); }
+  NexusStats stats() const { return nexus.stats(); }
   // A forged message from the remote's address with another incarnation,
   // and the probe it must cause.
   SmMsg forge_and_expect_probe() {
@@ -253,7 +253,7 @@ TEST_CASE("a Nexus answers a probe with the nonce and its incarnation") {
   REQUIRE(resp.has_value());
   CHECK(resp->token == probe.token);
   CHECK(resp->incarnation == nexus.impl().incarnation());
-  CHECK(nexus.impl().sm_stats().probes_answered == 1);
+  CHECK(nexus.stats().probes_answered == 1);
 }
 
 TEST_CASE("a forged incarnation that the remote denies resets nothing") {
@@ -387,8 +387,8 @@ TEST_CASE("a session reset is retransmitted until answered and its answer is con
   }
   // Expect no more retransmissions, and no timeout later
   CHECK_FALSE(client.recv(SmMsgType::kSessionResetReq, 300ms).has_value());
-  CHECK(nexus.impl().sm_stats().session_resets_sent == 1);
-  CHECK(nexus.impl().sm_stats().timeouts == 0);
+  CHECK(nexus.stats().session_resets_sent == 1);
+  CHECK(nexus.stats().timeouts == 0);
 }
 
 TEST_CASE("a connect answered after its client Rpc was destroyed is disconnected by the Nexus") {
@@ -408,7 +408,7 @@ TEST_CASE("a connect answered after its client Rpc was destroyed is disconnected
       server, [&] { return server.num_active_sessions() == 1; }, 5s));
   CHECK(run_until(
       server, [&] { return server.num_active_sessions() == 0; }, 5s));
-  CHECK(client_nexus.impl().sm_stats().orphan_disconnects_sent == 1);
+  CHECK(client_nexus.stats().orphan_disconnects_sent == 1);
 }
 
 TEST_CASE("an abandoned connect is not delivered and its session is disconnected") {
@@ -430,7 +430,7 @@ TEST_CASE("an abandoned connect is not delivered and its session is disconnected
   // to the client Rpc
   CHECK(run_all_until(
       {&server, &client}, [&] { return server.num_active_sessions() == 0; }, 5s));
-  CHECK(client_nexus.impl().sm_stats().orphan_disconnects_sent == 1);
+  CHECK(client_nexus.stats().orphan_disconnects_sent == 1);
   run_for(client, 100ms);
   CHECK(ev.events.empty());
 }
@@ -480,7 +480,7 @@ TEST_CASE("a connect answered after it timed out is disconnected by the Nexus") 
   // Expect the session it built ended by the client's Nexus
   CHECK(run_until(
       server, [&] { return server.num_active_sessions() == 0; }, 5s));
-  CHECK(client_nexus.impl().sm_stats().orphan_disconnects_sent == 1);
+  CHECK(client_nexus.stats().orphan_disconnects_sent == 1);
 }
 
 TEST_CASE("a connect claiming another incarnation of a known remote builds nothing until probed") {

@@ -10,6 +10,7 @@
 #include "librpc/config.h"
 #include "librpc/error.h"
 #include "librpc/req_handle.h"
+#include "librpc/stats.h"
 #include "librpc/types.h"
 
 namespace rpc {
@@ -48,6 +49,11 @@ class RPC_EXPORT Nexus {
 
   // "host:port" this Nexus listens on (with the real port if 0 was asked).
   const std::string& uri() const;
+
+  // Counters of the session-management thread, read now. Safe from any
+  // thread; each counter is read on its own, so the snapshot is not atomic
+  // as a whole.
+  NexusStats stats() const;
 
   detail::NexusImpl& impl() { return *impl_; }
 

@@ -1,5 +1,7 @@
-// Counters kept by an Rpc and by each of its sessions. Plain integers,
-// updated on the Rpc's thread only; read them from that thread.
+// Counters kept by an Rpc and by each of its sessions (plain integers,
+// updated on the Rpc's thread only; read them from that thread), and by a
+// Nexus's session-management thread (NexusStats: a snapshot, taken from
+// any thread).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,29 @@ struct RpcStats {
   uint64_t continuation_exceptions = 0;     // continuations that threw (caught, logged)
   uint64_t callback_exceptions = 0;         // session callbacks that threw (caught, logged)
   DropCounters drops;
+};
+
+// The session-management channel of one Nexus: SM messages, failure
+// detection of remote Nexuses, and the checks of claimed restarts.
+struct NexusStats {
+  uint64_t rx_msgs = 0;
+  uint64_t rx_dropped = 0;       // failed decode, unexpected response, incarnation 0
+  uint64_t rx_rejected = 0;      // decoded, but a request no Rpc could accept
+  uint64_t retransmissions = 0;  // SM requests and probes sent again
+  uint64_t timeouts = 0;         // SM requests never answered (sm_timeout_ms)
+  uint64_t heartbeats_sent = 0;
+  uint64_t remote_failures = 0;  // remote Nexuses declared failed
+  // A watched remote's message carried another incarnation: probed before
+  // any session is reset (docs/reliability.md).
+  uint64_t probes_sent = 0;            // first transmissions, not retries
+  uint64_t probes_answered = 0;        // probes from remotes, answered
+  uint64_t probe_timeouts = 0;         // no valid answer: nothing changed
+  uint64_t incarnation_forgeries = 0;  // the remote answered with the known one
+  uint64_t probe_resp_dropped = 0;     // wrong nonce, address, or none outstanding
+  uint64_t rx_disputed = 0;            // requests held back while a probe is outstanding
+  // Sent by the Nexus on behalf of an Rpc that no longer exists.
+  uint64_t session_resets_sent = 0;
+  uint64_t orphan_disconnects_sent = 0;  // for connects answered after the Rpc left
 };
 
 }  // namespace rpc

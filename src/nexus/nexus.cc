@@ -20,6 +20,8 @@ Result<bool> Nexus::register_handler(ReqType req_type, ReqHandler handler, Handl
 
 const std::string& Nexus::uri() const { return impl_->uri(); }
 
+NexusStats Nexus::stats() const { return impl_->sm_stats().snapshot(); }
+
 namespace detail {
 
 NexusImpl::NexusImpl(const NexusConfig& config) : config_(config) {

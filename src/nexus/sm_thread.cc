@@ -412,6 +412,27 @@ void SmThread::abandon_connect(uint64_t token) {
 
 const SmThreadStats& SmThread::stats() const { return state_->stats; }
 
+NexusStats SmThreadStats::snapshot() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  NexusStats s;
+  s.rx_msgs = rx_msgs.load(kRelaxed);
+  s.rx_dropped = rx_dropped.load(kRelaxed);
+  s.rx_rejected = rx_rejected.load(kRelaxed);
+  s.retransmissions = retransmissions.load(kRelaxed);
+  s.timeouts = timeouts.load(kRelaxed);
+  s.heartbeats_sent = heartbeats_sent.load(kRelaxed);
+  s.remote_failures = remote_failures.load(kRelaxed);
+  s.probes_sent = probes_sent.load(kRelaxed);
+  s.probes_answered = probes_answered.load(kRelaxed);
+  s.probe_timeouts = probe_timeouts.load(kRelaxed);
+  s.incarnation_forgeries = incarnation_forgeries.load(kRelaxed);
+  s.probe_resp_dropped = probe_resp_dropped.load(kRelaxed);
+  s.rx_disputed = rx_disputed.load(kRelaxed);
+  s.session_resets_sent = session_resets_sent.load(kRelaxed);
+  s.orphan_disconnects_sent = orphan_disconnects_sent.load(kRelaxed);
+  return s;
+}
+
 void SmThread::add_remote(const NetAddr& remote, uint64_t incarnation) {
   asio::post(state_->io, [this, remote, incarnation] { state_->remotes.add(remote, incarnation); });
 }

@@ -10,12 +10,14 @@
 #include <thread>
 
 #include "common/net_addr.h"
+#include "librpc/stats.h"
 #include "wire/sm_msg.h"
 
 namespace rpc::detail {
 
 class NexusImpl;
 
+// The counters behind NexusStats (librpc/stats.h says what each counts).
 struct SmThreadStats {
   std::atomic<uint64_t> rx_msgs{0};
   std::atomic<uint64_t> rx_dropped{0};   // failed decode, unexpected response, incarnation 0
@@ -34,6 +36,8 @@ struct SmThreadStats {
   std::atomic<uint64_t> session_resets_sent{0};
   std::atomic<uint64_t> rx_disputed{0};              // requests held back: incarnation being probed
   std::atomic<uint64_t> orphan_disconnects_sent{0};  // for connects answered after the Rpc left
+
+  NexusStats snapshot() const;  // Nexus::stats()
 };
 
 struct SmThreadConfig {
