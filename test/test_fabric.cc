@@ -353,7 +353,12 @@ TEST_CASE("over fabric, an intruder can neither write nor read beyond a live exp
   FabricTransport victim(fabric_config(provider), "127.0.0.1");
   FabricTransport intruder(fabric_config(provider), "127.0.0.1");
   const RoutePair routes = resolve_each_other(intruder, victim);
-  BulkAttack{victim, intruder, routes.to_b, {}}.run();
+  BulkAttack{victim,
+             intruder,
+             routes.to_b,
+             {},
+             [&](const BulkOp& op) { return intruder.post_write_for_testing(op); }}
+      .run();
   CHECK(victim.num_exposures() == 0);
 }
 

@@ -157,6 +157,9 @@ struct BulkAttack {
   detail::Transport& intruder;
   const detail::RoutingInfo& to_victim;
   std::function<void()> progress;
+  // The intruder's one-sided write (Transport has none: the engine never
+  // writes; the concrete transports offer one to tests).
+  std::function<bool(const detail::BulkOp&)> post_write;
   uint64_t next_cookie = 1;
 
   void drive() {
@@ -172,13 +175,14 @@ struct BulkAttack {
   // it connects); one the intruder can never post counts as failed.
   bool attempt(bool write, uint8_t* local, const detail::MemReg& local_reg, uint64_t remote_addr,
                uint64_t key, uint32_t len) {
+    if (write && !post_write) FAIL("BulkAttack: no post_write given for the intruder's writes");
     const uint64_t cookie = next_cookie++;
     const detail::BulkOp op{&to_victim, local, local_reg.lkey, local_reg.desc, remote_addr,
                             key,        len,   cookie};
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     bool posted = false;
     while (!posted && std::chrono::steady_clock::now() < deadline) {
-      posted = write ? intruder.post_write(op) : intruder.post_read(op);
+      posted = write ? post_write(op) : intruder.post_read(op);
       if (!posted) drive();
     }
     if (!posted) return false;

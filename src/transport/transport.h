@@ -39,7 +39,7 @@ struct TransportCaps {
   size_t max_data_per_pkt = 0;  // max_pkt_bytes - kPktHeaderBytes
   size_t rx_ring_size = 0;      // RX ring entries
   size_t max_inline_bytes = 0;  // sends up to this size may be inlined
-  bool bulk = false;            // post_read/post_write available
+  bool bulk = false;            // post_read available
 };
 
 // One datagram to send: a header and a data slice, both inside registered
@@ -191,7 +191,6 @@ class Transport {
   // when the op could not be posted (try again later). The local buffer
   // belongs to the transport until poll_bulk() reports the cookie.
   virtual bool post_read(const BulkOp& op) = 0;
-  virtual bool post_write(const BulkOp& op) = 0;
   // Collects finished one-sided operations (successful or failed).
   virtual size_t poll_bulk(std::span<BulkCompletion> out) = 0;
   // The connection bulk operations on this resolved route travel on (0:

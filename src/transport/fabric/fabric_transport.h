@@ -71,7 +71,9 @@ class FabricTransport final : public Transport {
   // Live exposures (tests: every transfer's exposure ends).
   size_t num_exposures() const { return exposures_.live(); }
   bool post_read(const BulkOp& op) override { return post_rma(op, /*write=*/false); }
-  bool post_write(const BulkOp& op) override { return post_rma(op, /*write=*/true); }
+  // The engine never writes to a peer. Tests act as a hostile peer with
+  // this: a write into an exposure must fail (FI_REMOTE_READ only).
+  bool post_write_for_testing(const BulkOp& op) { return post_rma(op, /*write=*/true); }
   size_t poll_bulk(std::span<BulkCompletion> out) override;
 
   std::string provider() const override { return provider_; }

@@ -114,7 +114,9 @@ class FakeTransport final : public Transport {
                        Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
   bool post_read(const BulkOp& op) override;
-  bool post_write(const BulkOp& op) override;
+  // Not part of Transport (the engine never writes to a peer): tests act
+  // as a hostile peer with it. A write into an exposure fails.
+  bool post_write(const BulkOp& op);
   size_t poll_bulk(std::span<BulkCompletion> out) override;
   void quiesce_bulk() override { posted_reads_.clear(); }
 

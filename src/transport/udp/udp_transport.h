@@ -47,7 +47,6 @@ class UdpTransport final : public Transport {
   Result<MemReg> register_memory(void* addr, size_t len) override;
   void deregister_memory(const MemReg& reg) override;
   bool post_read(const BulkOp&) override { return false; }
-  bool post_write(const BulkOp&) override { return false; }
   size_t poll_bulk(std::span<BulkCompletion>) override { return 0; }
 
   uint16_t local_port() const;  // host byte order

@@ -82,7 +82,6 @@ class VerbsTransport final : public Transport {
   // max_read_wr_bytes; beyond the QP's read slots they wait in a queue.
   // False only when the route has no working RC QP.
   bool post_read(const BulkOp& op) override;
-  bool post_write(const BulkOp&) override { return false; }  // nothing uses it
   size_t poll_bulk(std::span<BulkCompletion> out) override;
   uint64_t bulk_path_of(const RoutingInfo& resolved) const override;
   size_t poll_failed_bulk_paths(std::span<uint64_t> out) override;
