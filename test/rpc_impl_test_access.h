@@ -18,6 +18,10 @@ struct RpcImplTestAccess {
   }
   // Bytes of the server receive budget in use.
   static size_t rx_budget_used(RpcImpl& rpc) { return rpc.rx_budget_used_bytes_; }
+  // A server session's slots, as its first request would allocate them.
+  static void alloc_server_slots(RpcImpl& rpc, Session& session) {
+    if (!session.sslots.allocated()) rpc.alloc_server_slots(session);
+  }
   // One-sided reads posted and not yet reported done.
   static size_t bulk_reads_live(RpcImpl& rpc) { return rpc.bulk_reads_live_; }
   static size_t num_tombstones(RpcImpl& rpc) { return rpc.tombstones_.size(); }

@@ -121,6 +121,22 @@ TEST_CASE("two fake transports exchange header and data bytes and see the sender
   a.post_recvs(1);
 }
 
+TEST_CASE("a fake endpoint holds at most its ring's worth of packets and counts the rest") {
+  FakeNetwork::instance().reset();
+  FakeTransport a(fake_config());
+  FakeTransport b(fake_config(/*rx_ring_size=*/4));
+  const RoutingInfo to_b = route_to(a, b);
+  // Given six packets sent before b polls its four receive buffers
+  for (uint8_t tag = 1; tag <= 6; tag++) send_tagged(a, to_b, tag);
+  // Expect the first four received, the other two dropped and counted
+  CHECK(receive_tags(b) == std::vector<uint8_t>{1, 2, 3, 4});
+  CHECK(b.rx_drops.ring_full == 2);
+  // and room again once they were taken
+  send_tagged(a, to_b, 7);
+  CHECK(receive_tags(b) == std::vector<uint8_t>{7});
+  CHECK(b.rx_drops.ring_full == 2);
+}
+
 TEST_CASE("fake network drops packets the filter drops") {
   FakeNetwork::instance().reset();
   FakeTransport a(fake_config());
@@ -247,8 +263,9 @@ TEST_CASE("fake network silently drops packets to a detached endpoint") {
   }
   send_tagged(a, a_to_gone, 1);  // must not crash or resurrect the inbox
   std::vector<FakePacket> out;
-  CHECK(FakeNetwork::instance().receive(static_cast<uint32_t>(a.src_key_of(a_to_gone)), 4, out) ==
-        0);
+  uint64_t drops = 0;
+  CHECK(FakeNetwork::instance().receive(static_cast<uint32_t>(a.src_key_of(a_to_gone)), 4, out,
+                                        drops) == 0);
 }
 
 TEST_CASE(
@@ -257,9 +274,9 @@ TEST_CASE(
   FakeTransport a(fake_config());
   FakeTransport b(fake_config(/*rx_ring_size=*/4));
   const RoutingInfo a_to_b = route_to(a, b);
-  for (uint8_t tag = 1; tag <= 6; tag++) send_tagged(a, a_to_b, tag);
+  for (uint8_t tag = 1; tag <= 4; tag++) send_tagged(a, a_to_b, tag);
 
-  // Given: 3 received, then 1 more fills the ring although 3 more wait
+  // Given: 3 received, then 1 more fills the ring although 2 more wait
   std::array<RxPacket, 3> rx3{};
   REQUIRE(b.rx_burst(rx3) == 3);
   CHECK(rx3[0].buf[0] == 1);
@@ -267,6 +284,7 @@ TEST_CASE(
   std::array<RxPacket, 8> rx{};
   REQUIRE(b.rx_burst(rx) == 1);
   CHECK(rx[0].buf[0] == 4);
+  for (uint8_t tag = 5; tag <= 6; tag++) send_tagged(a, a_to_b, tag);
 
   // Expect: a full ring receives nothing and keeps earlier buffers intact
   CHECK(b.rx_burst(rx) == 0);

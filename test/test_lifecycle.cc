@@ -212,7 +212,8 @@ namespace {
 void inject_first_packet(Pair& p, size_t slot, uint32_t msg_size) {
   Session& s = p.server_session();
   const size_t dpp = p.server->max_data_per_pkt();
-  const PktHdr hdr = PktHdr::make(PktType::kReq, kEcho, msg_size, 0, 0, s.sslots[slot].req_num);
+  const PktHdr hdr =
+      PktHdr::make(PktType::kReq, kEcho, msg_size, 0, 0, first_req_num(s.sm_token) + slot);
   FakePacket pkt;
   pkt.src = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
   pkt.dst = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
@@ -494,7 +495,7 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   Session& s = p.server_session();
   const size_t dpp = p.server->max_data_per_pkt();
   const uint32_t msg_size = static_cast<uint32_t>(dpp * 10);
-  const uint64_t req_num = s.sslots[0].req_num;
+  const uint64_t req_num = first_req_num(s.sm_token);  // slot 0, first request
   auto send_pkt = [&](uint16_t pkt_num) {
     const PktHdr hdr = PktHdr::make(PktType::kReq, kEcho, msg_size, 0, pkt_num, req_num);
     FakePacket pkt;
@@ -521,4 +522,72 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   CHECK(p.server->stats().partial_requests_abandoned == 1);
   CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
   CHECK(p.server->stats().handlers_run == 0);
+}
+
+TEST_CASE("sessions admitted beyond a full RX ring lose packets, retransmit, and all complete") {
+  // Given a server whose 16-entry ring backs two sessions of 8 credits, and
+  // six more sessions admitted beyond it with the minimum credits
+  Pair p(RpcConfig{.rx_ring_size = 16, .session_credits = 8});
+  std::vector<SessionNum> sessions{p.sn};
+  for (int i = 0; i < 7; i++) {
+    auto sn = p.client->create_session(p.nexus.uri(), 1);
+    REQUIRE(sn);
+    sessions.push_back(*sn);
+  }
+  REQUIRE(p.pump_until([&] {
+    for (SessionNum sn : sessions) {
+      if (!p.client->is_connected(sn)) return false;
+    }
+    return true;
+  }));
+  CHECK(p.server->stats().ring_entries_reserved == 16);
+  CHECK(p.server->stats().ring_credits_overcommitted == 6 * kMinSessionCredits);
+  // When every session sends a window of five-packet requests at once (up
+  // to 40 packets in flight into 16 receive buffers)
+  std::vector<std::unique_ptr<Call>> calls;
+  for (SessionNum sn : sessions) {
+    for (size_t i = 0; i < kSessionReqWindow; i++) {
+      calls.push_back(std::make_unique<Call>(*p.client, 1000));
+      REQUIRE(calls.back()->enqueue(*p.client, sn, kEcho) == Errc::kOk);
+    }
+  }
+  // Expect every request to complete, once and intact
+  REQUIRE(p.pump_until([&] {
+    for (const auto& c : calls) {
+      if (c->runs == 0) return false;
+    }
+    return true;
+  }));
+  for (const auto& c : calls) {
+    CHECK(c->runs == 1);
+    CHECK(c->errc == Errc::kOk);
+    CHECK(check_pattern(c->resp, 1000, 1000));
+    c->release(*p.client);
+  }
+  // the overflow counted as drops at the server, and made up for by
+  // retransmissions
+  CHECK(p.server->stats().drops.rx_ring_full > 0);
+  CHECK(p.client->stats().retransmissions > 0);
+}
+
+TEST_CASE("an idle server session holds no request slots; its first request allocates them") {
+  Pair p;
+  // Given a connected session that has carried nothing
+  Session& s = p.server_session();
+  // Expect the server end to hold no slots (an idle session is cheap)
+  CHECK_FALSE(s.sslots.allocated());
+  CHECK_FALSE(s.cslots.allocated());
+  // When one request runs
+  Call call(*p.client, 32);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return call.runs > 0; }));
+  CHECK(call.errc == Errc::kOk);
+  // Expect the slots, and the response buffer of the one slot it used only
+  REQUIRE(s.sslots.allocated());
+  size_t with_buffers = 0;
+  for (ServerSlot& slot : s.sslots) {
+    with_buffers += ReqHandleAccess::pre_resp(slot.handle).valid() ? 1 : 0;
+  }
+  CHECK(with_buffers == 1);
+  call.release(*p.client);
 }

@@ -207,6 +207,11 @@ struct HeldCreditEcho {
   Outcome out;
 
   HeldCreditEcho(FakePair& f, uint64_t seed) {
+    // The time stands still from here on: while the credit returns are
+    // held no RTO may fire, however slow the machine (under TSan one did,
+    // and the client resent all it had sent).
+    use_manual_clock(f.client->impl());
+    use_manual_clock(f.server->impl(), /*start_now=*/false);
     const uint32_t server_ep = endpoint_of(*f.server);
     FakeNetwork::instance().set_capture(true);
     FakeNetwork::instance().set_filter([server_ep](const FakePacket& p) {
@@ -646,6 +651,7 @@ TEST_CASE("a session whose request numbers wrap keeps working") {
   REQUIRE(client_end != nullptr);
   REQUIRE(server_end != nullptr);
   const uint64_t first = (kReqNumMask + 1) - 2 * kSessionReqWindow;
+  RpcImplTestAccess::alloc_server_slots(f.server->impl(), *server_end);
   for (size_t i = 0; i < kSessionReqWindow; i++) {
     client_end->cslots[i].next_req_num = first + i;
     server_end->sslots[i].req_num = first + i;

@@ -181,16 +181,26 @@ TEST_CASE("a client reserves the credits it asks for and keeps what the server g
   auto b = client.create_session(nexus.uri(), 1);
   REQUIRE(a);
   REQUIRE(b);
-  // Expect a third refused while both asks are outstanding
-  auto refused = client.create_session(nexus.uri(), 1);
-  REQUIRE_FALSE(refused);
-  CHECK_THAT(refused.error(), Catch::Contains("no RX ring room"));
-  // and, once granted 16 each, room for more
-  REQUIRE(run_until(client, [&] { return client.is_connected(*a) && client.is_connected(*b); }));
-  CHECK(rpc::detail::RpcImplTestAccess::session(client.impl(), *a)->max_credits == 16);
+  // Expect a third, while both asks are outstanding, admitted beyond the
+  // ring with the minimum credits
+  auto third = client.create_session(nexus.uri(), 1);
+  REQUIRE(third);
+  using rpc::detail::RpcImplTestAccess;
+  CHECK(RpcImplTestAccess::session(client.impl(), *third)->max_credits ==
+        rpc::detail::kMinSessionCredits);
+  CHECK(client.stats().ring_entries_reserved == 128);
+  CHECK(client.stats().ring_credits_overcommitted == rpc::detail::kMinSessionCredits);
+  // and, once the first two are granted 16 each, ring room for more
+  REQUIRE(run_until(client, [&] {
+    return client.is_connected(*a) && client.is_connected(*b) && client.is_connected(*third);
+  }));
+  CHECK(RpcImplTestAccess::session(client.impl(), *a)->max_credits == 16);
+  CHECK(client.stats().ring_entries_reserved == 32);
   auto c = client.create_session(nexus.uri(), 1);
   REQUIRE(c);
   REQUIRE(run_until(client, [&] { return client.is_connected(*c); }));
+  CHECK(RpcImplTestAccess::session(client.impl(), *c)->max_credits == 16);
+  CHECK(RpcImplTestAccess::session(client.impl(), *c)->ring_entries == 16);
   // A large echo works within 16 credits
   EchoCall call;
   REQUIRE(call.prepare(client, 60000, *c));
@@ -200,7 +210,7 @@ TEST_CASE("a client reserves the credits it asks for and keeps what the server g
   call.release(client);
 }
 
-TEST_CASE("a server with RX ring room for two sessions refuses a third with kNoRingRoom") {
+TEST_CASE("a server with RX ring room for two sessions admits a third beyond it, and all work") {
   Nexus nexus(local_nexus());
   REQUIRE(nexus.register_handler(kEcho, echo_into_response));
   // 64 ring entries: room for two sessions of 32 credits.
@@ -218,14 +228,16 @@ TEST_CASE("a server with RX ring room for two sessions refuses a third with kNoR
     REQUIRE(run_until(client, [&] { return finished(*sn); }));
     sessions.push_back(*sn);
   }
-  CHECK(client.is_connected(sessions[0]));
-  CHECK(client.is_connected(sessions[1]));
-  CHECK(ev.has(sessions[2], SessionEvent::kConnectFailed));
-  CHECK(ev.reason(sessions[2], SessionEvent::kConnectFailed) == SmErr::kNoRingRoom);
-  CHECK(server.num_active_sessions() == 2);
+  for (SessionNum sn : sessions) CHECK(client.is_connected(sn));
+  CHECK(server.num_active_sessions() == 3);
+  // The third got the minimum: its credits hold no ring entry at the server
+  using rpc::detail::RpcImplTestAccess;
+  CHECK(RpcImplTestAccess::session(client.impl(), sessions[0])->max_credits == 32);
+  CHECK(RpcImplTestAccess::session(client.impl(), sessions[2])->max_credits ==
+        rpc::detail::kMinSessionCredits);
 
-  // The two it took work, and freeing one makes room again.
-  for (SessionNum sn : {sessions[0], sessions[1]}) {
+  // All three work, and freeing one makes room again.
+  for (SessionNum sn : sessions) {
     EchoCall call;
     REQUIRE(call.prepare(client, 5000, sn));
     REQUIRE(call.enqueue(client, sn, kEcho) == Errc::kOk);
@@ -235,7 +247,7 @@ TEST_CASE("a server with RX ring room for two sessions refuses a third with kNoR
   }
   REQUIRE(client.destroy_session(sessions[0]));
   REQUIRE(run_until(client, [&] { return ev.has(sessions[0], SessionEvent::kDisconnected); }));
-  REQUIRE(wait_until([&] { return server.num_active_sessions() == 1; }));
+  REQUIRE(wait_until([&] { return server.num_active_sessions() == 2; }));
   // Session numbers are reused, so look only at events from now on.
   ev.events.clear();
   auto again = client.create_session(nexus.uri(), 1);
@@ -243,9 +255,12 @@ TEST_CASE("a server with RX ring room for two sessions refuses a third with kNoR
   REQUIRE(run_until(client, [&] { return finished(*again); }));
   CHECK(ev.has(*again, SessionEvent::kConnected));
   CHECK(client.is_connected(*again));
-  CHECK(wait_until([&] { return server.num_active_sessions() == 2; }));
+  CHECK(RpcImplTestAccess::session(client.impl(), *again)->max_credits == 32);
+  CHECK(wait_until([&] { return server.num_active_sessions() == 3; }));
   server.stop();
-  CHECK(server.final_stats().sm_refused == 1);
+  CHECK(server.final_stats().sm_refused == 0);
+  CHECK(server.final_stats().ring_entries_reserved == 64);
+  CHECK(server.final_stats().ring_credits_overcommitted == rpc::detail::kMinSessionCredits);
 }
 
 TEST_CASE("connecting to a port where nothing listens times out and fails waiting requests") {

@@ -1092,6 +1092,20 @@ def analysis_text():
     return text
 
 
+def sections_text():
+    """Hand-run measurements with their own scripts (bench/sessions.sh, ...):
+    every bench/compare/sections/*.md, in name order, copied as they are."""
+    folder = os.path.join(ROOT, "bench", "compare", "sections")
+    if not os.path.isdir(folder):
+        return []
+    parts = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".md"):
+            with open(os.path.join(folder, name)) as f:
+                parts += [f.read().strip(), ""]
+    return parts
+
+
 def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots):
     rel_png = os.path.relpath(png_dir, os.path.dirname(md_path))
     rel_results = os.path.relpath(results_dir, ROOT)
@@ -1159,6 +1173,7 @@ def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots)
         parts += [f"### {title}", ""]
         parts += [f"_Not plotted: {missing}._" if missing else f"![{title}]({rel_png}/{name})", ""]
     parts += ["## Analysis", "", analysis_text(), ""]
+    parts += sections_text()
     parts += ["## Details", "", "### Latency, 32 B", "", latency_detail(series), "",
               "### Latency vs size", "",
               "Raw UDP's 64 KiB point is a 65507-byte datagram, the largest UDP carries. "

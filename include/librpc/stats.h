@@ -21,6 +21,11 @@ struct DropCounters {
   uint64_t rx_budget = 0;        // would exceed the session's or Rpc's receive budget
   uint64_t out_of_memory = 0;    // no buffer for the request could be allocated
   uint64_t oversized = 0;        // longer than our packet size (a peer with another MTU)
+  // Arrived with every receive buffer full, so never reached the engine
+  // (udp: the kernel's count for the socket, read at most once a
+  // millisecond; fake: its inbox; verbs and fabric do not report it). Happens only when sessions
+  // were admitted beyond the RX ring (RpcStats::ring_credits_overcommitted).
+  uint64_t rx_ring_full = 0;
 };
 
 struct SessionStats {
@@ -68,6 +73,11 @@ struct RpcStats {
   uint64_t handler_exceptions = 0;          // handlers that threw (kHandlerFailed sent)
   uint64_t continuation_exceptions = 0;     // continuations that threw (caught, logged)
   uint64_t callback_exceptions = 0;         // session callbacks that threw (caught, logged)
+  // Levels, not counters: RX ring entries the sessions' credits hold, and
+  // credits granted beyond the ring's room (docs/design.md, "Sessions and
+  // ring room").
+  uint64_t ring_entries_reserved = 0;
+  uint64_t ring_credits_overcommitted = 0;
   DropCounters drops;
 };
 

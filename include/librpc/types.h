@@ -37,7 +37,7 @@ enum class SessionEvent : uint8_t {
 enum class SmErr : uint8_t {
   kNone = 0,
   kUnknownRpcId,        // no Rpc with that rpc_id at the remote Nexus
-  kNoRingRoom,          // the remote has no RX ring room for another session
+  kNoRingRoom,          // no longer sent: sessions are admitted beyond the RX ring
   kTooManySessions,     // the remote's session table is full
   kTransportMismatch,   // the two Rpcs use different transports
   kVersionMismatch,     // incompatible session-management protocol versions

@@ -9,8 +9,29 @@
 
 namespace rpc::detail {
 
-bool RpcImpl::ring_room_for(size_t credits) const {
-  return ring_reserved_ + credits <= caps_.rx_ring_size;
+// Sessions and ring room (docs/design.md, "Sessions and ring room"). A
+// session's credits are backed by RX ring entries while the ring has room,
+// so that none of its packets can be dropped at the receiver (eRPC's rule).
+// Past that, a new session gets the room that is left, and once none is
+// left kMinSessionCredits that no entry backs: the ring is overcommitted.
+// If more of those sessions send at once than the ring holds, the
+// transport drops what does not fit (RpcStats::drops.rx_ring_full) and the
+// clients retransmit; every session keeps at least one credit, so none
+// stalls.
+Admission RpcImpl::admit(size_t wanted) const {
+  const size_t room = caps_.rx_ring_size - std::min(ring_reserved_, caps_.rx_ring_size);
+  const size_t credits = std::min(wanted, std::max(room, kMinSessionCredits));
+  return Admission{credits, std::min(credits, room)};
+}
+
+void RpcImpl::set_session_credits(Session& session, Admission a) {
+  ring_reserved_ -= session.ring_entries;
+  ring_overcommit_ -= session.max_credits - session.ring_entries;
+  session.max_credits = a.credits;
+  session.credits = a.credits;
+  session.ring_entries = a.ring_entries;
+  ring_reserved_ += a.ring_entries;
+  ring_overcommit_ += a.credits - a.ring_entries;
 }
 
 // What a server grants a client that asks for `asked` credits: never more

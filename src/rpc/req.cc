@@ -142,6 +142,8 @@ void RpcImpl::process_stall_queue() {
 
 void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* pkt,
                                  size_t data_len) {
+  if (!session.sslots.allocated()) [[unlikely]]
+    alloc_server_slots(session);
   ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
   const uint64_t req_num = hdr.req_num();
   const int64_t ahead = req_num_diff(req_num, slot.req_num);
@@ -282,6 +284,10 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   // first; an unfinished receive or bulk read is simply abandoned.
   if (slot.state == ServerSlotState::kInHandler) {
     stats_.drops.busy++;
+    return;
+  }
+  if (!ensure_slot_buffers(slot)) [[unlikely]] {  // the client retries
+    stats_.drops.out_of_memory++;
     return;
   }
   release_server_slot(slot);

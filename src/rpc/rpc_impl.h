@@ -88,6 +88,17 @@ inline constexpr size_t kMaxQueuedSmRequests = 1024;
 inline constexpr uint64_t kMinRxBytesPerSec = 10'000'000;
 // Ended server sessions remembered so that their connect cannot be replayed.
 inline constexpr size_t kMaxTombstones = 4096;
+// Credits of a session admitted when the RX ring has no room left (four
+// small requests in flight at once): docs/design.md, "Sessions and ring
+// room".
+inline constexpr size_t kMinSessionCredits = 4;
+
+// What a session is admitted with: its credits, and the RX ring entries
+// reserved for them (fewer than the credits when the ring is overcommitted).
+struct Admission {
+  size_t credits;
+  size_t ring_entries;
+};
 
 class RpcImpl final : public RpcEndpoint {
  public:
@@ -112,7 +123,16 @@ class RpcImpl final : public RpcEndpoint {
   // Folds in the counters kept elsewhere (the transport's, and atomics
   // written by the Nexus and background threads).
   const RpcStats& stats() const {
+    // The transport's count may take a system call (udp): at most once a
+    // millisecond, so that a loop that reads stats every iteration stays fast.
+    if (const uint64_t now = read_clock(); now - rx_drops_refreshed_ns_ >= 1'000'000) {
+      transport_->refresh_rx_drops();
+      rx_drops_refreshed_ns_ = now;
+    }
     stats_.drops.oversized = transport_->rx_drops.oversized;
+    stats_.drops.rx_ring_full = transport_->rx_drops.ring_full;
+    stats_.ring_entries_reserved = ring_reserved_;
+    stats_.ring_credits_overcommitted = ring_overcommit_;
     stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
     stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
     return stats_;
@@ -221,13 +241,24 @@ class RpcImpl final : public RpcEndpoint {
   void send_disconnect_for(const NetAddr& to, RpcId server_rpc_id, SessionNum client_sn,
                            SessionNum server_sn, uint64_t token);
   void send_session_reset(Session& session);
-  // RX ring entries not yet reserved by sessions hold `credits` more.
-  bool ring_room_for(size_t credits) const;
+  // The credits a new session that wants `wanted` gets, and the RX ring
+  // entries that back them (credits.cc: the ring's room first, then
+  // kMinSessionCredits overcommitted).
+  Admission admit(size_t wanted) const;
+  // Gives the session these credits (none in flight), moving its ring
+  // reservation and overcommit.
+  void set_session_credits(Session& session, Admission a);
   size_t credits_to_grant(size_t asked) const;
   // sessions.cc
   void set_state(Session& session, SessionState to);
-  // Reserves `credits` RX ring entries; nullptr without room or memory.
-  Session* alloc_session(SessionRole role, size_t credits);
+  // Admits the session with admit(wanted_credits); nullptr past
+  // max_sessions.
+  Session* alloc_session(SessionRole role, size_t wanted_credits);
+  // A server session's slots, allocated at its first request (SlotBlock).
+  void alloc_server_slots(Session& session);
+  // A server slot's response buffers, allocated at its first request;
+  // false when out of memory (the request is dropped and counted).
+  bool ensure_slot_buffers(ServerSlot& slot);
   void free_session(Session& session);
   void add_tombstone(uint64_t token);
   void fail_client_requests(Session& session, Errc errc);
@@ -277,7 +308,9 @@ class RpcImpl final : public RpcEndpoint {
   std::vector<std::unique_ptr<Session>> sessions_;  // index = SessionNum
   std::vector<SessionNum> free_session_nums_;
   size_t num_sessions_ = 0;
-  size_t ring_reserved_ = 0;  // RX ring entries the sessions' credits hold
+  size_t ring_reserved_ = 0;                    // RX ring entries the sessions' credits hold
+  size_t ring_overcommit_ = 0;                  // credits of sessions beyond them
+  mutable uint64_t rx_drops_refreshed_ns_ = 0;  // stats(): transport drops last read
   std::unordered_map<uint64_t, SessionNum> server_sessions_by_token_;
   std::unordered_set<uint64_t> tombstones_;  // tokens of ended server sessions
   std::deque<uint64_t> tombstone_fifo_;      // the same, oldest first

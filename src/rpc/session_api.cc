@@ -18,12 +18,6 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
     return Failure{fmt::format("create_session: this Rpc already has max_sessions ({}) sessions",
                                config_.max_sessions)};
   }
-  if (!ring_room_for(config_.session_credits)) {
-    return Failure{fmt::format(
-        "create_session: no RX ring room for another session ({} of {} ring entries reserved, "
-        "{} more needed: RpcConfig::session_credits)",
-        ring_reserved_, caps_.rx_ring_size, config_.session_credits)};
-  }
   Session* s = alloc_session(SessionRole::kClient, config_.session_credits);
   if (s == nullptr) {
     return Failure{fmt::format("create_session: cannot allocate the session's buffers ({})",
@@ -51,7 +45,7 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   s->offer_pending = true;
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = static_cast<uint32_t>(caps_.max_data_per_pkt);
-  m.session_credits = static_cast<uint16_t>(config_.session_credits);
+  m.session_credits = static_cast<uint16_t>(s->max_credits);  // what our ring admitted
   nexus_.sm_send_request(m, *addr);
   return s->local_num;
 }

@@ -35,30 +35,25 @@ void RpcImpl::set_state(Session& session, SessionState to) {
   session.state = to;
 }
 
-Session* RpcImpl::alloc_session(SessionRole role, size_t credits) {
-  if (num_sessions_ >= config_.max_sessions || !ring_room_for(credits)) return nullptr;
+// A client session gets its slots (and their bulk control buffers) now; a
+// server session nothing until its first request (alloc_server_slots), so
+// that idle server sessions are cheap.
+Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
+  if (num_sessions_ >= config_.max_sessions) return nullptr;
   auto s = std::make_unique<Session>();
   s->role = role;
-  s->max_credits = credits;
-  s->credits = credits;
-  ring_reserved_ += credits;
+  set_session_credits(*s, admit(wanted_credits));
   s->rtt = RttEstimator(rto_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
   bool ok = true;
-  for (size_t i = 0; i < kSessionReqWindow; i++) {
-    ClientSlot& c = s->cslots[i];
-    c.session = s.get();
-    ServerSlot& v = s->sslots[i];
-    v.session = s.get();
-    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
-    if (role == SessionRole::kServer) {
-      ReqHandleAccess::pre_resp(v.handle) = alloc_msg_buffer(caps_.max_data_per_pkt);
-      ok = ok && ReqHandleAccess::pre_resp(v.handle).valid();
-    }
-    if (caps_.bulk) {
-      MsgBuffer& ctrl = role == SessionRole::kServer ? v.bulk_ctrl : c.bulk_ctrl;
-      ctrl = alloc_msg_buffer(kBulkCtrlBytes);
-      ok = ok && ctrl.valid();
+  if (role == SessionRole::kClient) {
+    s->cslots.allocate();
+    for (ClientSlot& c : s->cslots) {
+      c.session = s.get();
+      if (caps_.bulk) {
+        c.bulk_ctrl = alloc_msg_buffer(kBulkCtrlBytes);
+        ok = ok && c.bulk_ctrl.valid();
+      }
     }
   }
   SessionNum sn;
@@ -77,6 +72,24 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t credits) {
     return nullptr;
   }
   return sessions_[sn].get();
+}
+
+void RpcImpl::alloc_server_slots(Session& session) {
+  session.sslots.allocate();
+  const uint64_t first = first_req_num(session.sm_token);
+  for (size_t i = 0; i < kSessionReqWindow; i++) {
+    ServerSlot& v = session.sslots[i];
+    v.session = &session;
+    v.req_num = first + i;  // the first request number the slot expects
+    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
+  }
+}
+
+bool RpcImpl::ensure_slot_buffers(ServerSlot& slot) {
+  MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(slot.handle);
+  if (!pre_resp.valid()) pre_resp = alloc_msg_buffer(caps_.max_data_per_pkt);
+  if (caps_.bulk && !slot.bulk_ctrl.valid()) slot.bulk_ctrl = alloc_msg_buffer(kBulkCtrlBytes);
+  return pre_resp.valid() && (!caps_.bulk || slot.bulk_ctrl.valid());
 }
 
 void RpcImpl::free_session(Session& session) {
@@ -99,7 +112,7 @@ void RpcImpl::free_session(Session& session) {
   if (session.route_resolved) transport_->release_remote_routing_info(session.remote_route);
   if (session.offer_pending) transport_->cancel_connect(session.local_offer);
   const SessionNum sn = session.local_num;
-  ring_reserved_ -= session.max_credits;
+  set_session_credits(session, Admission{0, 0});
   sessions_[sn].reset();
   free_session_nums_.push_back(sn);
   num_sessions_--;

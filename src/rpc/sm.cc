@@ -114,15 +114,11 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   if (num_sessions_ >= config_.max_sessions) {
     return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
   }
-  const size_t granted = credits_to_grant(m.session_credits);
-  if (!ring_room_for(granted)) {
-    return send_sm_resp(m, d.from, SmErr::kNoRingRoom, kInvalidSessionNum);
-  }
   RoutingInfo route = m.routing;
   if (!transport_->resolve_remote_routing_info(route)) {
     return send_sm_resp(m, d.from, SmErr::kInvalidRoutingInfo, kInvalidSessionNum);
   }
-  Session* s = alloc_session(SessionRole::kServer, granted);
+  Session* s = alloc_session(SessionRole::kServer, credits_to_grant(m.session_credits));
   if (s == nullptr) {
     transport_->release_remote_routing_info(route);
     RPC_LOG_WARN("Rpc {}: cannot allocate a server session's buffers: {}", config_.rpc_id,
@@ -197,9 +193,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   // Nothing is in flight while connecting. The server's grant is taken at
   // most at our ask (our ring room) and at least 1 (zero would stall).
   const size_t granted = std::clamp<size_t>(m.session_credits, 1, s.max_credits);
-  ring_reserved_ -= s.max_credits - granted;
-  s.max_credits = granted;
-  s.credits = granted;
+  set_session_credits(s, Admission{granted, std::min(granted, s.ring_entries)});
   s.remote_route = route;
   s.route_resolved = true;
   s.remote_src_key = transport_->src_key_of(route);

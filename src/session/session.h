@@ -6,8 +6,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <memory>
 
+#include "common/fifo.h"
 #include "common/net_addr.h"
 #include "librpc/msg_buffer.h"
 #include "librpc/req_handle.h"
@@ -172,6 +173,30 @@ struct ServerSlot {
   uint8_t status = 0;  // RespStatus of the cached response
 };
 
+// The request slots of one end of a session, allocated when first needed:
+// a client's when the session is created, a server's when its first
+// request arrives, so that an idle server session holds no slots (a server
+// Rpc may keep tens of thousands of sessions). Iterating an unallocated
+// block visits nothing.
+template <typename Slot>
+class SlotBlock {
+ public:
+  bool allocated() const { return slots_ != nullptr; }
+  void allocate() { slots_ = std::make_unique<std::array<Slot, kSessionReqWindow>>(); }
+  // REQUIRES: allocated().
+  Slot& operator[](size_t i) { return (*slots_)[i]; }
+  const Slot& operator[](size_t i) const { return (*slots_)[i]; }
+  Slot* data() { return slots_ ? slots_->data() : nullptr; }
+  const Slot* data() const { return slots_ ? slots_->data() : nullptr; }
+  Slot* begin() { return data(); }
+  Slot* end() { return slots_ ? slots_->data() + kSessionReqWindow : nullptr; }
+  const Slot* begin() const { return data(); }
+  const Slot* end() const { return slots_ ? slots_->data() + kSessionReqWindow : nullptr; }
+
+ private:
+  std::unique_ptr<std::array<Slot, kSessionReqWindow>> slots_;
+};
+
 struct BacklogEntry {
   ReqType req_type;
   MsgBuffer* req;
@@ -201,11 +226,14 @@ struct Session {
   // use; the session reserves max_credits RX ring entries.
   size_t max_credits = 0;
   size_t credits = 0;
-  std::array<ClientSlot, kSessionReqWindow> cslots;
-  std::array<ServerSlot, kSessionReqWindow> sslots;
-  std::deque<BacklogEntry> backlog;  // allocates only when the window is full
-  size_t pending_handlers = 0;       // server: handlers not yet responded
-  size_t rx_budget_bytes = 0;        // server: bytes of requests being received or handled
+  // RX ring entries this session's credits hold (at most max_credits; less
+  // when the session was admitted beyond the ring's room: RpcImpl::admit).
+  size_t ring_entries = 0;
+  SlotBlock<ClientSlot> cslots;  // client sessions only
+  SlotBlock<ServerSlot> sslots;  // server sessions, from their first request
+  Fifo<BacklogEntry> backlog;    // requests waiting for a free slot
+  size_t pending_handlers = 0;   // server: handlers not yet responded
+  size_t rx_budget_bytes = 0;    // server: bytes of requests being received or handled
   SessionStats stats;
   RttEstimator rtt;  // client: its RTO (rtt.h)
 
@@ -218,12 +246,14 @@ struct Session {
 
 // Binds a new session to its connect request: the token, and the request
 // numbers derived from it (see first_req_num).
+// Server slots allocated later take theirs from sm_token then
+// (RpcImpl::server_slots_for).
 inline void bind_to_connect(Session& session, uint64_t token) {
   session.sm_token = token;
   const uint64_t first = first_req_num(token);
   for (size_t i = 0; i < kSessionReqWindow; i++) {
-    session.cslots[i].next_req_num = first + i;
-    session.sslots[i].req_num = first + i;  // the first request number the slot expects
+    if (session.cslots.allocated()) session.cslots[i].next_req_num = first + i;
+    if (session.sslots.allocated()) session.sslots[i].req_num = first + i;  // expected first
   }
 }
 

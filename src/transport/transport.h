@@ -82,6 +82,9 @@ struct BulkCompletion {
 // Plain counters, updated on the Rpc's thread.
 struct TransportRxDrops {
   uint64_t oversized = 0;  // longer than our packet size: a peer with another MTU
+  // Arrived when every receive buffer was full (udp: the socket's receive
+  // buffer; fake: the inbox), as far as the transport can tell.
+  uint64_t ring_full = 0;
 };
 
 class Transport {
@@ -97,6 +100,9 @@ class Transport {
   // empty where there was none.
   virtual std::string provider() const { return {}; }
   virtual TransportCaps caps() const = 0;
+  // Control path (Rpc::stats): brings rx_drops up to date where the count
+  // lives outside the transport (udp: the kernel's, per socket).
+  virtual void refresh_rx_drops() {}
 
   // --- datagram path ---
   // Sends every item (or drops it if the network cannot take it now:

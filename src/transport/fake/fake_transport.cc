@@ -88,12 +88,12 @@ void FakeNetwork::release_held(bool reverse) {
   held_.clear();
 }
 
-uint32_t FakeNetwork::attach() {
+uint32_t FakeNetwork::attach(size_t ring_size) {
   std::lock_guard lock(mutex_);
   // Endpoint 0 means "no endpoint" in routing info, so skip it on wrap.
   if (next_endpoint_ == 0) next_endpoint_ = 1;
   const uint32_t endpoint = next_endpoint_++;
-  inboxes_[endpoint];
+  inboxes_[endpoint].capacity = ring_size;
   return endpoint;
 }
 
@@ -122,12 +122,14 @@ void FakeNetwork::send(FakePacket packet) {
   }
 }
 
-size_t FakeNetwork::receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out) {
+size_t FakeNetwork::receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out,
+                            uint64_t& ring_full_drops) {
   std::lock_guard lock(mutex_);
   out.clear();
   auto it = inboxes_.find(endpoint);
   if (it == inboxes_.end()) return 0;
-  std::deque<FakePacket>& inbox = it->second;
+  ring_full_drops = it->second.ring_full_drops;
+  std::deque<FakePacket>& inbox = it->second.packets;
   while (out.size() < max && !inbox.empty()) {
     out.push_back(std::move(inbox.front()));
     inbox.pop_front();
@@ -197,7 +199,12 @@ void FakeNetwork::deliver_locked(FakePacket packet) {
   auto it = inboxes_.find(packet.dst);
   // Datagram semantics: nobody listening means the packet is lost.
   if (it == inboxes_.end()) return;
-  it->second.push_back(std::move(packet));
+  Inbox& inbox = it->second;
+  if (inbox.packets.size() >= inbox.capacity) {  // every receive buffer full
+    inbox.ring_full_drops++;
+    return;
+  }
+  inbox.packets.push_back(std::move(packet));
 }
 
 // --- FakeTransport ---
@@ -217,7 +224,7 @@ FakeTransport::FakeTransport(const RpcConfig& config) {
   ring_.assign(caps_.rx_ring_size, std::vector<uint8_t>(caps_.max_pkt_bytes));
   scratch_.reserve(caps_.rx_ring_size);
   // Attach last: nothing above can throw after we own an endpoint.
-  endpoint_ = FakeNetwork::instance().attach();
+  endpoint_ = FakeNetwork::instance().attach(caps_.rx_ring_size);
 }
 
 FakeTransport::~FakeTransport() {
@@ -244,7 +251,7 @@ void FakeTransport::tx_burst(std::span<const TxItem> items) {
 size_t FakeTransport::rx_burst(std::span<RxPacket> out) {
   const size_t n = std::min(out.size(), caps_.rx_ring_size - ring_in_use_);
   if (n == 0) return 0;
-  FakeNetwork::instance().receive(endpoint_, n, scratch_);
+  FakeNetwork::instance().receive(endpoint_, n, scratch_, rx_drops.ring_full);
   size_t count = 0;
   for (const FakePacket& packet : scratch_) {
     // Larger than a ring buffer: a real NIC would drop it too.

@@ -51,11 +51,15 @@ class FakeNetwork {
   void release_held(bool reverse = false);
 
   // --- used by FakeTransport ---
-  uint32_t attach();
+  // An endpoint whose inbox holds at most ring_size packets, like a NIC's
+  // receive queue: what arrives beyond is dropped and counted.
+  uint32_t attach(size_t ring_size);
   void detach(uint32_t endpoint);
   void send(FakePacket packet);
   // Moves up to max packets for endpoint into out; returns how many.
-  size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out);
+  // ring_full_drops: the endpoint's drops on a full inbox so far.
+  size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out,
+                 uint64_t& ring_full_drops);
   uint32_t register_region();
   // Makes [base, base + len) readable by peers under a fresh random key
   // (0: refused, see set_refuse_exposures).
@@ -83,7 +87,12 @@ class FakeNetwork {
   std::vector<FakePacket> captured_;
   std::vector<FakePacket> held_;
   uint32_t next_endpoint_ = 1;
-  std::unordered_map<uint32_t, std::deque<FakePacket>> inboxes_;
+  struct Inbox {
+    std::deque<FakePacket> packets;
+    size_t capacity = 0;
+    uint64_t ring_full_drops = 0;
+  };
+  std::unordered_map<uint32_t, Inbox> inboxes_;
   struct Region {
     const uint8_t* base;
     size_t len;

@@ -2,6 +2,7 @@
 #include "transport/udp/udp_transport.h"
 
 #include <arpa/inet.h>
+#include <linux/sock_diag.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -603,5 +604,17 @@ Result<MemReg> UdpTransport::register_memory(void*, size_t) {
 void UdpTransport::deregister_memory(const MemReg&) {}
 
 uint16_t UdpTransport::local_port() const { return ntohs(local_addr_.sin_port); }
+
+// The kernel counts datagrams it dropped because this socket's receive
+// buffer was full: the udp transport's ring overflowing (SO_MEMINFO,
+// Linux 4.6+). One system call, on the control path only.
+void UdpTransport::refresh_rx_drops() {
+  std::array<uint32_t, SK_MEMINFO_VARS> meminfo{};
+  socklen_t len = sizeof(meminfo);
+  if (::getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, meminfo.data(), &len) == 0 &&
+      len >= (SK_MEMINFO_DROPS + 1) * sizeof(uint32_t)) {
+    rx_drops.ring_full = meminfo[SK_MEMINFO_DROPS];
+  }
+}
 
 }  // namespace rpc::detail

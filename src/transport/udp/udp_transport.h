@@ -37,6 +37,7 @@ class UdpTransport final : public Transport {
   ~UdpTransport() override;
 
   const char* name() const override { return "udp"; }
+  void refresh_rx_drops() override;
   TransportCaps caps() const override { return caps_; }
   void tx_burst(std::span<const TxItem> items) override;
   size_t rx_burst(std::span<RxPacket> out) override;
