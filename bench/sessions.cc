@@ -465,8 +465,9 @@ int run_clients(const Options& opt) {
   const double used_per_session = (as_double(rss_used) - as_double(rss_start)) / n;
   fmt::print("{} sessions from {} client thread(s), transport {}\n", opt.sessions, threads.size(),
              opt.ep.transport);
-  fmt::print("  connected {} (failed {}) in {:.3f} s: {:.0f} sessions/s\n", connected, failed,
-             connect_s, connect_rate);
+  const rpc::NexusStats sm = nexus.stats();
+  fmt::print("  connected {} (failed {}) in {:.3f} s: {:.0f} sessions/s ({} SM retransmissions)\n",
+             connected, failed, connect_s, connect_rate, sm.retransmissions);
   if (server) {
     fmt::print(
         "  server RSS: {:.1f} MiB at start; per session {:.0f} B idle, {:.0f} B after "

@@ -141,6 +141,30 @@ TEST_CASE("a server thread's session count follows its clients' connects and des
   CHECK(client.num_active_sessions() == 0);
 }
 
+TEST_CASE("a burst of a thousand connects to one server loses none of them") {
+  // Given Nexuses that would resend a lost session-management request only
+  // after 10 s
+  const NexusConfig slow_retry{.uri = "127.0.0.1:0", .sm_retry_ms = 10000, .sm_timeout_ms = 20000};
+  Nexus server_nexus(slow_retry);
+  REQUIRE(server_nexus.register_handler(kEcho, echo_into_response));
+  ServerThread server(server_nexus, RpcConfig{.rpc_id = 1, .max_sessions = 1100});
+  Nexus client_nexus(slow_retry);
+  SessionEvents ev;
+  Rpc client(client_nexus,
+             RpcConfig{.rpc_id = 0, .max_sessions = 1100, .session_callback = ev.callback()});
+  // When a client asks for a thousand sessions at once
+  constexpr size_t kSessions = 1000;
+  for (size_t i = 0; i < kSessions; i++) REQUIRE(client.create_session(server_nexus.uri(), 1));
+  // Expect every one connected well before a resend could have happened:
+  // no connect request or answer was dropped by a socket's receive buffer
+  // (the default one held about 270 of them)
+  CHECK(run_until(
+      client, [&] { return ev.events.size() == kSessions; }, 5s));
+  CHECK(client.num_active_sessions() == kSessions);
+  CHECK(client_nexus.stats().retransmissions == 0);
+  CHECK(server_nexus.stats().rx_dropped == 0);
+}
+
 TEST_CASE("connecting to an rpc_id that does not exist fails with kUnknownRpcId") {
   Nexus nexus(local_nexus());
   ServerThread server(nexus, RpcConfig{.rpc_id = 1});

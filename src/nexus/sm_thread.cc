@@ -1,5 +1,7 @@
 #include "nexus/sm_thread.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -18,6 +20,9 @@ namespace rpc::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The session-management socket's receive buffer (see the constructor).
+constexpr int kSmRxBufferBytes = 4 << 20;
 
 asio::ip::udp::endpoint to_endpoint(const NetAddr& a) {
   return {asio::ip::address_v4(a.ipv4), a.port};
@@ -370,6 +375,16 @@ SmThread::SmThread(NexusImpl& nexus, const NetAddr& addr, const SmThreadConfig& 
   // rpc::Error appends the errno text itself.
   if (ec) {
     throw Error("cannot bind the session-management socket to " + addr.to_string(), ec.value());
+  }
+  // A client opening thousands of sessions sends hundreds of connect
+  // requests at once; the kernel's default receive buffer (about 200 KB,
+  // some 270 SM datagrams with their bookkeeping) dropped part of such a
+  // burst, and each dropped request waited sm_retry_ms for its resend.
+  // SO_RCVBUFFORCE passes net.core.rmem_max where we may (root).
+  const int rx_bytes = kSmRxBufferBytes;
+  const int fd = state_->socket.native_handle();
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rx_bytes, sizeof(rx_bytes)) != 0) {
+    (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rx_bytes, sizeof(rx_bytes));
   }
   state_->start_receive();
   state_->start_timer();
