@@ -12,6 +12,7 @@ import sys
 LAYERS = {
     "common": 0,
     "wire": 1,
+    "cc": 1,
     "memory": 2,
     "transport": 2,
     "session": 3,

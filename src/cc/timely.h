@@ -1,0 +1,64 @@
+// Timely congestion control (Mittal et al., SIGCOMM 2015), per session, as
+// eRPC runs it: the sending rate follows the gradient of the round-trip
+// time. Below t_low the rate grows by a fixed step; above t_high it drops in
+// proportion to how far the RTT is past t_high; in between it drops when
+// the (smoothed) RTT rises and grows when it falls, five times faster after
+// five falls in a row (hyperactive increase). Rates are in bytes per second,
+// times in nanoseconds of the engine's clock.
+//
+// The common case costs one comparison: a session at the full rate whose
+// RTT is below t_low keeps the full rate without any arithmetic (eRPC's
+// "Timely bypass").
+//
+// Not wired into the datapath yet (issue 12): this is the rate computation
+// alone, unit-tested in test/test_timely.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rpc::detail {
+
+struct TimelyParams {
+  double link_bytes_per_s;              // the rate of an uncongested session
+  double min_bytes_per_s = 15'000'000;  // never below (eRPC: 15 MB/s)
+  double add_bytes_per_s = 5'000'000;   // the additive step (eRPC: 5 MB/s)
+  uint64_t min_rtt_ns = 2'000;          // normalizes the gradient
+  uint64_t t_low_ns = 50'000;           // below: additive increase
+  uint64_t t_high_ns = 1'000'000;       // above: decrease by how far past
+  double ewma_alpha = 0.46;             // weight of a new RTT difference
+  double beta = 0.26;                   // multiplicative decrease factor
+  size_t hai_after = 5;                 // falls in a row before 5x increases
+};
+
+class Timely {
+ public:
+  // params must outlive the Timely (one per Rpc, shared by its sessions).
+  Timely(const TimelyParams& params, uint64_t now_ns)
+      : params_(&params), rate_(params.link_bytes_per_s), last_update_ns_(now_ns) {}
+
+  // One RTT sample, taken at now_ns.
+  void on_rtt_sample(uint64_t now_ns, uint64_t rtt_ns) {
+    if (rate_ >= params_->link_bytes_per_s && rtt_ns <= params_->t_low_ns) return;
+    update(now_ns, rtt_ns);
+  }
+  // True at the full rate: the session's packets need no pacing.
+  bool uncongested() const { return rate_ >= params_->link_bytes_per_s; }
+  double rate_bytes_per_s() const { return rate_; }
+  // Nanoseconds one packet of `bytes` occupies at the current rate.
+  uint64_t ns_for(size_t bytes) const {
+    return static_cast<uint64_t>(static_cast<double>(bytes) * 1e9 / rate_);
+  }
+
+ private:
+  void update(uint64_t now_ns, uint64_t rtt_ns);
+
+  const TimelyParams* params_;
+  double rate_;
+  double prev_rtt_ns_ = 0;  // 0: no sample yet
+  double avg_rtt_diff_ns_ = 0;
+  size_t neg_gradients_ = 0;
+  uint64_t last_update_ns_;
+};
+
+}  // namespace rpc::detail
