@@ -591,3 +591,46 @@ TEST_CASE("an idle server session holds no request slots; its first request allo
   CHECK(with_buffers == 1);
   call.release(*p.client);
 }
+
+TEST_CASE(
+    "with congestion control, a session whose round trips grew is paced and still completes") {
+  // Given a client with congestion control on a 100 Mbit/s link, on a
+  // manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256},
+         RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
+  p.use_manual_clock();
+  const uint32_t server_ep = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  // and the server's credit returns held back
+  FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
+    return pkt.src == server_ep && PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kExplCr
+               ? FakeVerdict::kHold
+               : FakeVerdict::kDeliver;
+  });
+  // 60 packets, more than the 32 credits, below the bulk threshold
+  const size_t size = p.client->max_data_per_pkt() * 60;
+  Call call(*p.client, size);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 5; i++) p.pump();
+  const SessionStats& stats = *p.client->session_stats(p.sn);
+  CHECK(stats.cc_rate_mbps == 100);  // uncongested: never paced
+  CHECK(stats.cc_paced_pkts == 0);
+  // When its answers come 3 ms late (past Timely's t_high of 1 ms, before
+  // the 5 ms RTO)
+  p.advance(3ms);
+  FakeNetwork::instance().set_filter(nullptr);
+  FakeNetwork::instance().release_held();
+  for (int i = 0; i < 5; i++) p.pump();
+
+  // Expect its rate cut and its packets paced: with the time standing
+  // still, the wheel holds them back
+  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps < 100);
+  for (int i = 0; i < 20; i++) p.pump();
+  CHECK(call.runs == 0);
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts > 0);
+  // and the request completes, intact, as the time moves on
+  for (int i = 0; i < 100000 && call.runs == 0; i++) p.advance(50us);
+  REQUIRE(call.runs == 1);
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+  call.release(*p.client);
+}

@@ -132,6 +132,14 @@ struct RpcConfig {
   // Messages larger than this use the transport's one-sided bulk path when
   // it has one (verbs, fabric, fake). Ignored by udp.
   size_t bulk_threshold_bytes = 16384;
+  // Congestion control: Timely (a per-session rate from the gradient of its
+  // round-trip times) and a timing wheel that paces the packets of sessions
+  // below the full rate; an uncongested session is never paced (eRPC's
+  // bypasses). Off by default while its tuning is measured (issue 12,
+  // bench/incast.sh). cc_link_gbps is the rate of an uncongested session:
+  // the link's speed.
+  bool congestion_control = false;
+  double cc_link_gbps = 10.0;
   // Fault injection: fraction of datapath TX packets silently dropped.
   double drop_tx_fraction = 0.0;
   SessionCallback session_callback = {};

@@ -41,6 +41,11 @@ struct SessionStats {
   // it, in microseconds; 0 before the first sample.
   uint64_t srtt_us = 0;
   uint64_t rto_us = 0;
+  // Client, with RpcConfig::congestion_control: the session's sending
+  // rate (Timely), in Mbit/s; RpcConfig::cc_link_gbps when uncongested.
+  // Packets the timing wheel held back to pace the session.
+  uint64_t cc_rate_mbps = 0;
+  uint64_t cc_paced_pkts = 0;
 };
 
 struct RpcStats {

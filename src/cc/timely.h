@@ -10,8 +10,8 @@
 // RTT is below t_low keeps the full rate without any arithmetic (eRPC's
 // "Timely bypass").
 //
-// Not wired into the datapath yet (issue 12): this is the rate computation
-// alone, unit-tested in test/test_timely.cc.
+// Fed by the engine's RTT samples (rpc/credits.cc) when
+// RpcConfig::congestion_control is on; unit-tested in test/test_timely.cc.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +33,7 @@ struct TimelyParams {
 
 class Timely {
  public:
+  Timely() = default;  // unused: congestion control off
   // params must outlive the Timely (one per Rpc, shared by its sessions).
   Timely(const TimelyParams& params, uint64_t now_ns)
       : params_(&params), rate_(params.link_bytes_per_s), last_update_ns_(now_ns) {}
@@ -53,12 +54,12 @@ class Timely {
  private:
   void update(uint64_t now_ns, uint64_t rtt_ns);
 
-  const TimelyParams* params_;
-  double rate_;
+  const TimelyParams* params_ = nullptr;
+  double rate_ = 0;
   double prev_rtt_ns_ = 0;  // 0: no sample yet
   double avg_rtt_diff_ns_ = 0;
   size_t neg_gradients_ = 0;
-  uint64_t last_update_ns_;
+  uint64_t last_update_ns_ = 0;
 };
 
 }  // namespace rpc::detail

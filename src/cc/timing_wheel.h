@@ -6,8 +6,8 @@
 // than the horizon (num_slots - 1 slots) are due at the horizon: a paced
 // session schedules at most a few packets ahead.
 //
-// Not wired into the datapath yet (issue 12): unit-tested in
-// test/test_timing_wheel.cc. Storage grows to the largest number of entries
+// The engine's pacer when RpcConfig::congestion_control is on (rpc/cc.cc);
+// unit-tested in test/test_timely.cc. Storage grows to the largest number of entries
 // a slot ever held and is then reused: no allocation in steady state.
 #pragma once
 

@@ -64,7 +64,9 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
   Session& session = *slot.session;
   session.credits++;
   if (rx_index == slot.rtt_sample_index) {
-    session.rtt.add_sample(now_ns_ - slot.rtt_sample_sent_ns);
+    const uint64_t sample_ns = now_ns_ - slot.rtt_sample_sent_ns;
+    session.rtt.add_sample(sample_ns);
+    if (wheel_ != nullptr) session.timely.on_rtt_sample(now_ns_, sample_ns);
     slot.rtt_sample_index = kNoSample;
     session.stats.srtt_us = session.rtt.srtt_ns() / 1000;
     session.stats.rto_us = session.rtt.rto_ns() / 1000;

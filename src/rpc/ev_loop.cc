@@ -28,6 +28,7 @@ void RpcImpl::run_event_loop_once() noexcept {
   if (!rx_backlogged && !loop_was_away && now_ns_ - last_loss_scan_ns_ >= rto_ns_ / 2) {
     scan_for_loss();
   }
+  if (wheel_ != nullptr && wheel_->size() != 0) poll_wheel();  // paced sessions
   tx_flush();
   in_event_loop_ = false;
 }

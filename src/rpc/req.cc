@@ -87,6 +87,9 @@ void RpcImpl::client_try_send(ClientSlot& slot) {
       }
       return;
     }
+    if (wheel_ != nullptr && !session.timely.uncongested() && !pace(slot)) [[unlikely]] {
+      return;
+    }
     session.credits--;
     if (slot.num_tx == slot.tx_high) {  // a first send: time it if nothing is being timed
       if (slot.rtt_sample_index == kNoSample) {

@@ -92,6 +92,20 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
                     rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
   }
+  if (config.congestion_control) {
+    if (!(config.cc_link_gbps > 0)) throw Error("Rpc: cc_link_gbps must be positive");
+    // eRPC's steps (a minimum of 15 MB/s, additive steps of 5 MB/s) are
+    // for a 40 Gbit/s link; they scale with the link here, so that a
+    // slower one (or a bottleneck of a few hundred Mbit/s) is not
+    // overrun by sessions that cannot slow down further.
+    const double link = config.cc_link_gbps * 1e9 / 8;
+    timely_params_.link_bytes_per_s = link;
+    timely_params_.min_bytes_per_s = link * 0.003;
+    timely_params_.add_bytes_per_s = link * 0.001;
+    // 1 us slots over 1 ms: a paced session waits at most one packet's time
+    // at the minimum rate (about 100 us) for its next packet.
+    wheel_ = std::make_unique<TimingWheel>(1000, 1024, now_ns());
+  }
   drop_enabled_ = config.drop_tx_fraction > 0.0;
   // 2^64 * fraction, saturated: 1.0 itself does not fit a uint64_t (and
   // converting it was undefined; it came out as "drop nothing").
@@ -195,7 +209,11 @@ bool RpcImpl::is_connected(SessionNum sn) const {
 
 const SessionStats* RpcImpl::session_stats(SessionNum sn) const {
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) return nullptr;
-  return &sessions_[sn]->stats;
+  Session& s = *sessions_[sn];
+  if (wheel_ != nullptr && s.is_client()) {
+    s.stats.cc_rate_mbps = static_cast<uint64_t>(s.timely.rate_bytes_per_s() * 8 / 1e6);
+  }
+  return &s.stats;
 }
 
 size_t RpcImpl::num_active_sessions() const { return num_sessions_; }

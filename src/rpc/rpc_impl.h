@@ -17,6 +17,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cc/timely.h"
+#include "cc/timing_wheel.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mailbox.h"
@@ -220,6 +222,10 @@ class RpcImpl final : public RpcEndpoint {
   void poll_bulk();
   void reset_failed_bulk_path(uint64_t path);
   void drain_bulk_reads();
+  // cc.cc: pacing of sessions below the full rate. pace() is true when
+  // the slot's next packet may leave now; false when it waits in the wheel.
+  bool pace(ClientSlot& slot);
+  void poll_wheel();
   // pkt_loss.cc
   void scan_for_loss();
   bool scan_client_session(Session& session);
@@ -332,6 +338,11 @@ class RpcImpl final : public RpcEndpoint {
 
   // Client slots waiting for credits.
   std::vector<ClientSlot*> stall_queue_;
+  // Congestion control (RpcConfig::congestion_control): the sessions'
+  // shared Timely parameters and the wheel; wheel_ is null when off.
+  TimelyParams timely_params_{.link_bytes_per_s = 0};
+  std::unique_ptr<TimingWheel> wheel_;
+  std::vector<uint64_t> wheel_due_;
 
   // One-sided reads in flight (bulk.cc). The local buffer of a read is the
   // transport's until the read completes; a reader that stops waiting

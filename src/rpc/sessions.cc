@@ -44,6 +44,7 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
   s->role = role;
   set_session_credits(*s, admit(wanted_credits));
   s->rtt = RttEstimator(rto_ns_);
+  if (wheel_ != nullptr) s->timely = Timely(timely_params_, now_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
   bool ok = true;
   if (role == SessionRole::kClient) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "cc/timely.h"
 #include "common/fifo.h"
 #include "common/net_addr.h"
 #include "librpc/msg_buffer.h"
@@ -122,6 +123,7 @@ struct ClientSlot {
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
   uint32_t bulk_read = kNoBulkRead;  // the response's read in flight
+  bool in_wheel = false;             // a pacing wake-up is in the timing wheel
 };
 
 // A server slot's life; every change goes through RpcImpl::set_slot_state
@@ -236,6 +238,10 @@ struct Session {
   size_t rx_budget_bytes = 0;    // server: bytes of requests being received or handled
   SessionStats stats;
   RttEstimator rtt;  // client: its RTO (rtt.h)
+  // Client, with congestion control: its rate, and when the next packet
+  // may leave while it is paced.
+  Timely timely;
+  uint64_t next_tx_ns = 0;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }
