@@ -600,27 +600,33 @@ TEST_CASE(
          RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
   p.use_manual_clock();
   const uint32_t server_ep = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
-  // and the server's credit returns held back
-  FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
-    return pkt.src == server_ep && PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kExplCr
-               ? FakeVerdict::kHold
-               : FakeVerdict::kDeliver;
-  });
-  // 60 packets, more than the 32 credits, below the bulk threshold
+  // Runs a 60-packet echo (more than the 32 credits, below the bulk
+  // threshold) whose credit returns come `late` after the request's first
+  // packets, then lets it go on without time passing.
   const size_t size = p.client->max_data_per_pkt() * 60;
+  auto start_with_late_answers = [&](Call& call, std::chrono::microseconds late) {
+    FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
+      return pkt.src == server_ep && PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kExplCr
+                 ? FakeVerdict::kHold
+                 : FakeVerdict::kDeliver;
+    });
+    REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+    for (int i = 0; i < 5; i++) p.pump();
+    p.advance(late);
+    FakeNetwork::instance().set_filter(nullptr);
+    FakeNetwork::instance().release_held();
+    for (int i = 0; i < 5; i++) p.pump();
+  };
+  // A first request answered 100 us late sets the session's base RTT
+  Call first(*p.client, size);
+  start_with_late_answers(first, 100us);
+  REQUIRE(p.pump_until([&] { return first.runs == 1; }));
+  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps == 100);  // uncongested: never paced
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts == 0);
+  // When the next one's answers come 3 ms late (more than cc_t_high_us,
+  // 800 us, above the base RTT; before the 5 ms RTO)
   Call call(*p.client, size);
-  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  for (int i = 0; i < 5; i++) p.pump();
-  const SessionStats& stats = *p.client->session_stats(p.sn);
-  CHECK(stats.cc_rate_mbps == 100);  // uncongested: never paced
-  CHECK(stats.cc_paced_pkts == 0);
-  // When its answers come 3 ms late (past Timely's t_high of 1 ms, before
-  // the 5 ms RTO)
-  p.advance(3ms);
-  FakeNetwork::instance().set_filter(nullptr);
-  FakeNetwork::instance().release_held();
-  for (int i = 0; i < 5; i++) p.pump();
-
+  start_with_late_answers(call, 3ms);
   // Expect its rate cut and its packets paced: with the time standing
   // still, the wheel holds them back
   CHECK(p.client->session_stats(p.sn)->cc_rate_mbps < 100);
@@ -632,5 +638,6 @@ TEST_CASE(
   REQUIRE(call.runs == 1);
   CHECK(call.errc == Errc::kOk);
   CHECK(check_pattern(call.resp, size, size));
+  first.release(*p.client);
   call.release(*p.client);
 }

@@ -166,3 +166,26 @@ TEST_CASE("timing wheel: it turns many times, and skips a long idle gap at once"
   CHECK(w.reap(now + 1000, out) == 0);
   CHECK(w.reap(now + 2000, out) == 1);
 }
+
+TEST_CASE("Timely relative to the base RTT: the thresholds count from the smallest RTT seen") {
+  TimelyParams p = params();
+  p.relative_to_base = true;
+  p.t_low_ns = 300 * kUs;
+  p.t_high_ns = 800 * kUs;
+  Timely t(p, 0);
+  uint64_t now = 0;
+  // A path whose round trips are 400 us at best (host delays, no queue)
+  // stays at the full rate: 400 us is within t_low of its base
+  for (int i = 0; i < 100; i++) t.on_rtt_sample(now += 100 * kUs, 400 * kUs + (i % 3) * 50 * kUs);
+  CHECK(t.base_rtt_ns() == 400 * kUs);
+  CHECK(t.uncongested());
+  // (with absolute thresholds, 400 us is a congested path)
+  const TimelyParams abs_params = params();
+  Timely absolute(abs_params, 0);
+  absolute.on_rtt_sample(100 * kUs, 400 * kUs);
+  absolute.on_rtt_sample(200 * kUs, 450 * kUs);
+  CHECK_FALSE(absolute.uncongested());
+  // A queue of 1.6 ms over the base: past t_high, cut by 0.26 x (1 - 1200/2000)
+  t.on_rtt_sample(now += 100 * kUs, 2000 * kUs);
+  CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - 0.26 * (1 - 1200.0 / 2000))));
+}

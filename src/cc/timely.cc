@@ -17,19 +17,21 @@ void Timely::update(uint64_t now_ns, uint64_t rtt_ns) {
 
   // Updates closer together than the minimum RTT move the rate
   // proportionally less, so that a burst of samples is not a burst of steps.
+  const double scale = scale_ns();
   const double since = static_cast<double>(now_ns - std::min(now_ns, last_update_ns_));
-  const double delta = std::min(since / static_cast<double>(p.min_rtt_ns), 1.0);
+  const double delta = std::min(since / scale, 1.0);
   last_update_ns_ = now_ns;
   const double add = p.add_bytes_per_s * delta;
   const double md = p.beta * delta;
 
+  const uint64_t t_high_ns = t_high();
   double rate;
-  if (rtt_ns < p.t_low_ns) {
+  if (rtt_ns < t_low()) {
     rate = rate_ + add;
-  } else if (rtt_ns > p.t_high_ns) {
-    rate = rate_ * (1 - md * (1 - static_cast<double>(p.t_high_ns) / rtt));
+  } else if (rtt_ns > t_high_ns) {
+    rate = rate_ * (1 - md * (1 - static_cast<double>(t_high_ns) / rtt));
   } else {
-    const double gradient = avg_rtt_diff_ns_ / static_cast<double>(p.min_rtt_ns);
+    const double gradient = avg_rtt_diff_ns_ / scale;
     if (gradient <= 0) {
       rate = rate_ + (neg_gradients_ >= p.hai_after ? 5 : 1) * add;
     } else {

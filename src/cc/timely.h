@@ -14,6 +14,7 @@
 // RpcConfig::congestion_control is on; unit-tested in test/test_timely.cc.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,6 +30,13 @@ struct TimelyParams {
   double ewma_alpha = 0.46;             // weight of a new RTT difference
   double beta = 0.26;                   // multiplicative decrease factor
   size_t hai_after = 5;                 // falls in a row before 5x increases
+  // false: t_low and t_high are absolute and the gradient is normalized by
+  // min_rtt_ns, as in eRPC (microsecond RTTs from NIC-to-NIC paths). true:
+  // both thresholds count from the smallest RTT the session has seen (its
+  // base RTT), which also normalizes the gradient and spaces the updates:
+  // the engine's samples include loop and scheduling delays of the hosts,
+  // hundreds of microseconds on a busy machine, that no queue causes.
+  bool relative_to_base = false;
 };
 
 class Timely {
@@ -40,12 +48,15 @@ class Timely {
 
   // One RTT sample, taken at now_ns.
   void on_rtt_sample(uint64_t now_ns, uint64_t rtt_ns) {
-    if (rate_ >= params_->link_bytes_per_s && rtt_ns <= params_->t_low_ns) return;
+    if (rtt_ns < base_rtt_ns_ && rtt_ns >= params_->min_rtt_ns) base_rtt_ns_ = rtt_ns;
+    if (rate_ >= params_->link_bytes_per_s && rtt_ns <= t_low()) return;
     update(now_ns, rtt_ns);
   }
   // True at the full rate: the session's packets need no pacing.
   bool uncongested() const { return rate_ >= params_->link_bytes_per_s; }
   double rate_bytes_per_s() const { return rate_; }
+  // The smallest RTT seen (relative_to_base); UINT64_MAX before a sample.
+  uint64_t base_rtt_ns() const { return base_rtt_ns_; }
   // Nanoseconds one packet of `bytes` occupies at the current rate.
   uint64_t ns_for(size_t bytes) const {
     return static_cast<uint64_t>(static_cast<double>(bytes) * 1e9 / rate_);
@@ -53,6 +64,18 @@ class Timely {
 
  private:
   void update(uint64_t now_ns, uint64_t rtt_ns);
+  bool relative() const { return params_->relative_to_base && base_rtt_ns_ != UINT64_MAX; }
+  uint64_t t_low() const {
+    return relative() ? base_rtt_ns_ + params_->t_low_ns : params_->t_low_ns;
+  }
+  uint64_t t_high() const {
+    return relative() ? base_rtt_ns_ + params_->t_high_ns : params_->t_high_ns;
+  }
+  // What a gradient is measured against, and the spacing of full updates.
+  double scale_ns() const {
+    return static_cast<double>(relative() ? std::max(base_rtt_ns_, params_->min_rtt_ns)
+                                          : params_->min_rtt_ns);
+  }
 
   const TimelyParams* params_ = nullptr;
   double rate_ = 0;
@@ -60,6 +83,7 @@ class Timely {
   double avg_rtt_diff_ns_ = 0;
   size_t neg_gradients_ = 0;
   uint64_t last_update_ns_ = 0;
+  uint64_t base_rtt_ns_ = UINT64_MAX;
 };
 
 }  // namespace rpc::detail

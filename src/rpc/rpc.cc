@@ -102,6 +102,13 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
     timely_params_.link_bytes_per_s = link;
     timely_params_.min_bytes_per_s = link * 0.003;
     timely_params_.add_bytes_per_s = link * 0.001;
+    // Thresholds above each session's base RTT (TimelyParams::relative_to_base).
+    timely_params_.relative_to_base = true;
+    timely_params_.t_low_ns = uint64_t{config.cc_t_low_us} * 1000;
+    timely_params_.t_high_ns = uint64_t{config.cc_t_high_us} * 1000;
+    if (timely_params_.t_low_ns >= timely_params_.t_high_ns) {
+      throw Error("Rpc: cc_t_low_us must be below cc_t_high_us");
+    }
     // 1 us slots over 1 ms: a paced session waits at most one packet's time
     // at the minimum rate (about 100 us) for its next packet.
     wheel_ = std::make_unique<TimingWheel>(1000, 1024, now_ns());
