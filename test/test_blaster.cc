@@ -591,7 +591,7 @@ TEST_CASE("a session-management message with incarnation 0 is ignored") {
   CHECK(wait_until([&] { return server.num_active_sessions() == 1; }));
 }
 
-TEST_CASE("a forged ask for credits gets at most the server's own, at least one slot each") {
+TEST_CASE("a forged ask for credits gets at most the server's own, at least the minimum") {
   Nexus nexus(local_nexus());
   // 256 ring entries, 32 credits per session at most
   ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 256});
@@ -621,12 +621,12 @@ TEST_CASE("a forged ask for credits gets at most the server's own, at least one 
   CHECK(greedy->session_credits == 32);
   // When one asks for none (which would reserve nothing and stall it)
   const auto none = ask(2, 1, 0);
-  // Expect one credit per request slot
+  // Expect the minimum (what an overcommitted client asks for)
   REQUIRE(none.has_value());
   CHECK(none->err == SmErr::kNone);
-  CHECK(none->session_credits == 8);
-  // and the ring to be counted by credits: 256 - 32 - 8 = 216 entries hold
-  // six more sessions of 32 (192); the next gets the 24 left, and those
+  CHECK(none->session_credits == rpc::detail::kMinSessionCredits);
+  // and the ring to be counted by credits: 256 - 32 - 4 = 220 entries hold
+  // six more sessions of 32 (192); the next gets the 28 left, and those
   // after it the minimum, beyond the ring (docs/design.md, "Sessions and
   // ring room")
   auto granted = [&](uint64_t token, uint16_t credits) -> size_t {
@@ -636,7 +636,7 @@ TEST_CASE("a forged ask for credits gets at most the server's own, at least one 
     return r->session_credits;
   };
   for (uint64_t i = 0; i < 6; i++) REQUIRE(granted(10 + i, 32) == 32);
-  CHECK(granted(20, 32) == 24);
+  CHECK(granted(20, 32) == 28);
   CHECK(granted(21, 32) == rpc::detail::kMinSessionCredits);
   CHECK(granted(22, 8) == rpc::detail::kMinSessionCredits);
   // (the server thread publishes its count once per loop iteration)

@@ -22,9 +22,11 @@ struct DropCounters {
   uint64_t out_of_memory = 0;    // no buffer for the request could be allocated
   uint64_t oversized = 0;        // longer than our packet size (a peer with another MTU)
   // Arrived with every receive buffer full, so never reached the engine
-  // (udp: the kernel's count for the socket, read at most once a
-  // millisecond; fake: its inbox; verbs and fabric do not report it). Happens only when sessions
-  // were admitted beyond the RX ring (RpcStats::ring_credits_overcommitted).
+  // (udp: the kernel's drop count for the socket, read at most once a
+  // millisecond, which also counts datagrams with a bad checksum and the
+  // rare overflow of its byte budget; fake: its inbox; verbs and fabric do
+  // not report it). Expected only when sessions were admitted beyond the
+  // RX ring (RpcStats::ring_credits_overcommitted).
   uint64_t rx_ring_full = 0;
 };
 

@@ -31,8 +31,8 @@ bool RpcImpl::pace(ClientSlot& slot) {
       slot.in_wheel = true;
       const size_t index = static_cast<size_t>(&slot - session.cslots.data());
       wheel_->insert(wheel_entry(session, index), session.next_tx_ns, now_ns_);
+      session.stats.cc_paced_pkts++;  // a packet held back (once, however often asked)
     }
-    session.stats.cc_paced_pkts++;
     return false;
   }
   // Every packet is paced as a full one: a request for response packets

@@ -35,10 +35,11 @@ void RpcImpl::set_session_credits(Session& session, Admission a) {
 }
 
 // What a server grants a client that asks for `asked` credits: never more
-// than its own setting, never below one slot each (a forged ask of 0 would
-// otherwise reserve nothing).
+// than its own setting, never below kMinSessionCredits (a forged ask of 0
+// would otherwise stall the session; an overcommitted client asks for
+// exactly that many).
 size_t RpcImpl::credits_to_grant(size_t asked) const {
-  return std::min(std::max(asked, kSessionReqWindow), config_.session_credits);
+  return std::min(std::max(asked, kMinSessionCredits), config_.session_credits);
 }
 
 // Go-back-N: only the next expected packet is accepted. Each accepted

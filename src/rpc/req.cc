@@ -374,7 +374,9 @@ void RpcImpl::handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num,
   handler_exceptions_.fetch_add(1, std::memory_order_relaxed);
   RPC_LOG_WARN("Rpc {}: a handler threw: {}", config_.rpc_id, what);
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
-  if (s == nullptr) return;
+  // The session may have ended during the handler and its number gone to a
+  // new session (a client one, or a server one with no slots yet).
+  if (s == nullptr || s->is_client() || !s->sslots.allocated()) return;
   ServerSlot& slot = s->sslots[slot_index];
   if (slot.state != ServerSlotState::kInHandler || slot.req_num != req_num) return;
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(slot.handle);

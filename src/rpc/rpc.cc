@@ -93,7 +93,9 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
                     rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
   }
   if (config.congestion_control) {
-    if (!(config.cc_link_gbps > 0)) throw Error("Rpc: cc_link_gbps must be positive");
+    if (!(config.cc_link_gbps >= 0.1 && config.cc_link_gbps <= 10000)) {
+      throw Error("Rpc: cc_link_gbps must be within [0.1, 10000]");
+    }
     // eRPC's steps (a minimum of 15 MB/s, additive steps of 5 MB/s) are
     // for a 40 Gbit/s link; they scale with the link here, so that a
     // slower one (or a bottleneck of a few hundred Mbit/s) is not
@@ -109,9 +111,14 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
     if (timely_params_.t_low_ns >= timely_params_.t_high_ns) {
       throw Error("Rpc: cc_t_low_us must be below cc_t_high_us");
     }
-    // 1 us slots over 1 ms: a paced session waits at most one packet's time
-    // at the minimum rate (about 100 us) for its next packet.
-    wheel_ = std::make_unique<TimingWheel>(1000, 1024, now_ns());
+    // 1 us slots over at least one packet's time at the minimum rate (a
+    // paced session waits at most that for its next packet), at most 64 ms:
+    // an entry beyond the horizon comes up early and is put back.
+    const double min_rate_pkt_ns =
+        static_cast<double>(caps_.max_pkt_bytes) * 1e9 / timely_params_.min_bytes_per_s;
+    const size_t wheel_slots =
+        std::clamp<size_t>(static_cast<size_t>(min_rate_pkt_ns / 1000) + 2, 1024, 65536);
+    wheel_ = std::make_unique<TimingWheel>(1000, wheel_slots, now_ns());
   }
   drop_enabled_ = config.drop_tx_fraction > 0.0;
   // 2^64 * fraction, saturated: 1.0 itself does not fit a uint64_t (and

@@ -42,7 +42,6 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
   if (num_sessions_ >= config_.max_sessions) return nullptr;
   auto s = std::make_unique<Session>();
   s->role = role;
-  set_session_credits(*s, admit(wanted_credits));
   s->rtt = RttEstimator(rto_ns_);
   if (wheel_ != nullptr) s->timely = Timely(timely_params_, now_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
@@ -66,6 +65,9 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
     free_session_nums_.pop_back();
   }
   s->local_num = sn;
+  // Admitted last, once nothing can throw: the ring counters hold only
+  // sessions that exist.
+  set_session_credits(*s, admit(wanted_credits));
   sessions_[sn] = std::move(s);
   num_sessions_++;
   if (!ok) {

@@ -137,6 +137,12 @@ size_t FakeNetwork::receive(uint32_t endpoint, size_t max, std::vector<FakePacke
   return out.size();
 }
 
+uint64_t FakeNetwork::ring_full_drops(uint32_t endpoint) {
+  std::lock_guard lock(mutex_);
+  auto it = inboxes_.find(endpoint);
+  return it == inboxes_.end() ? 0 : it->second.ring_full_drops;
+}
+
 uint32_t FakeNetwork::register_region() {
   std::lock_guard lock(mutex_);
   if (next_region_id_ == 0) next_region_id_ = 1;
@@ -246,6 +252,10 @@ void FakeTransport::tx_burst(std::span<const TxItem> items) {
     }
     network.send(std::move(packet));
   }
+}
+
+void FakeTransport::refresh_rx_drops() {
+  rx_drops.ring_full = FakeNetwork::instance().ring_full_drops(endpoint_);
 }
 
 size_t FakeTransport::rx_burst(std::span<RxPacket> out) {

@@ -60,6 +60,8 @@ class FakeNetwork {
   // ring_full_drops: the endpoint's drops on a full inbox so far.
   size_t receive(uint32_t endpoint, size_t max, std::vector<FakePacket>& out,
                  uint64_t& ring_full_drops);
+  // The endpoint's drops on a full inbox so far.
+  uint64_t ring_full_drops(uint32_t endpoint);
   uint32_t register_region();
   // Makes [base, base + len) readable by peers under a fresh random key
   // (0: refused, see set_refuse_exposures).
@@ -110,6 +112,7 @@ class FakeTransport final : public Transport {
 
   const char* name() const override { return "fake"; }
   TransportCaps caps() const override { return caps_; }
+  void refresh_rx_drops() override;
   void tx_burst(std::span<const TxItem> items) override;
   size_t rx_burst(std::span<RxPacket> out) override;
   void post_recvs(size_t n) override;

@@ -613,7 +613,11 @@ void UdpTransport::refresh_rx_drops() {
   socklen_t len = sizeof(meminfo);
   if (::getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, meminfo.data(), &len) == 0 &&
       len >= (SK_MEMINFO_DROPS + 1) * sizeof(uint32_t)) {
-    rx_drops.ring_full = meminfo[SK_MEMINFO_DROPS];
+    // The kernel's count is 32 bits: add what it grew by, so that ours
+    // keeps counting when it wraps.
+    const uint32_t now = meminfo[SK_MEMINFO_DROPS];
+    rx_drops.ring_full += static_cast<uint32_t>(now - kernel_drops_seen_);
+    kernel_drops_seen_ = now;
   }
 }
 

@@ -74,6 +74,7 @@ class UdpTransport final : public Transport {
  private:
   TransportCaps caps_;
   int fd_ = -1;
+  uint32_t kernel_drops_seen_ = 0;  // SK_MEMINFO_DROPS at the last refresh_rx_drops
   sockaddr_in local_addr_{};
   // RX ring: rx_ring_size buffers of max_pkt_bytes, filled in order.
   std::vector<uint8_t> ring_mem_;
