@@ -52,8 +52,6 @@ void print_usage(std::FILE* out) {
              "  --duration SECONDS      client: how long to send (default 5)\n"
              "  --bulk-size BYTES       client: bulk request size (default 1M)\n"
              "  --probe-interval-us N   client: time between probes (default 1000)\n"
-             "  --cc on|off             RpcConfig::congestion_control (default off)\n"
-             "  --link-gbps X           RpcConfig::cc_link_gbps (default 10)\n"
              "  --idle-sleep-us N       sleep when a loop iteration had nothing to do\n"
              "                          (default 0: busy-poll)\n"
              "  --json FILE             client: write the result as JSON to FILE\n"
@@ -67,16 +65,13 @@ struct Options {
   std::size_t bulk_size = std::size_t{1} << 20;
   uint64_t probe_interval_us = 1000;
   uint64_t idle_sleep_us = 0;
-  bool cc = false;  // RpcConfig::congestion_control
-  double link_gbps = 10;
   std::optional<std::string> json;
   bool help = false;
 };
 
 Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {
-      "--duration", "--bulk-size", "--probe-interval-us", "--idle-sleep-us",
-      "--json",     "--cc",        "--link-gbps"};
+  static constexpr std::string_view kValued[] = {"--duration", "--bulk-size", "--probe-interval-us",
+                                                 "--idle-sleep-us", "--json"};
   Options opt;
   bool client_flag_given = false;
   for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
@@ -87,15 +82,6 @@ Options parse_args(int argc, char** argv) {
     if (bench::apply_endpoint_flag(opt.ep, f)) continue;
     if (f.name == "--idle-sleep-us") {
       opt.idle_sleep_us = bench::parse_unsigned(f.name, f.value, 0, 100000);
-      continue;
-    }
-    if (f.name == "--cc") {
-      if (f.value != "on" && f.value != "off") throw bench::UsageError("--cc takes on or off");
-      opt.cc = f.value == "on";
-      continue;
-    }
-    if (f.name == "--link-gbps") {
-      opt.link_gbps = bench::parse_positive_double(f.name, f.value);
       continue;
     }
     client_flag_given = true;
@@ -152,8 +138,6 @@ int run_server(const Options& opt) {
     throw RunError("cannot register the handlers");
   }
   rpc::RpcConfig config = bench::make_rpc_config(opt.ep, 0);
-  config.congestion_control = opt.cc;
-  config.cc_link_gbps = opt.link_gbps;
   rpc::Rpc rpc(nexus, config);
   fmt::print("ready {}\n", nexus.uri());
   std::fflush(stdout);
@@ -206,8 +190,6 @@ int run_client(const Options& opt) {
   rpc::Nexus nexus(bench::make_nexus_config(opt.ep, bench::client_nexus_uri(opt.ep)));
   bench::ConnectWatch watch;
   rpc::RpcConfig config = bench::make_rpc_config(opt.ep, 0, &watch);
-  config.congestion_control = opt.cc;
-  config.cc_link_gbps = opt.link_gbps;
   rpc::Rpc rpc(nexus, config);
   ClientState st;
   auto connect = [&]() {
@@ -273,11 +255,13 @@ int run_client(const Options& opt) {
   const rpc::RpcStats& s = rpc.stats();
   fmt::print(
       "client {}: bulk {} x {} B in {:.2f} s = {:.1f} Mbit/s; probes {} p50 {:.1f} us p99 {:.1f} "
-      "us p99.9 {:.1f} us; {} retransmissions, {} errors; bulk session rate {} Mbit/s, srtt {} "
+      "us p99.9 {:.1f} us; {} retransmissions ({} spurious), {} errors; bulk session rate {} "
+      "Mbit/s, srtt {} "
       "us, {} paced\n",
       nexus.uri(), bulk_in_time, opt.bulk_size, elapsed_s, goodput_mbps, st.probe_ns.size(), p50,
-      p99, p999, s.retransmissions, st.errors, rpc.session_stats(st.bulk_sn)->cc_rate_mbps,
-      rpc.session_stats(st.bulk_sn)->srtt_us, rpc.session_stats(st.bulk_sn)->cc_paced_pkts);
+      p99, p999, s.retransmissions, s.spurious_retransmissions, st.errors,
+      rpc.session_stats(st.bulk_sn)->cc_rate_mbps, rpc.session_stats(st.bulk_sn)->srtt_us,
+      rpc.session_stats(st.bulk_sn)->cc_paced_pkts);
   if (opt.json) {
     bench::Report report;
     report.transport = opt.ep.transport;

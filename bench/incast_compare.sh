@@ -21,7 +21,7 @@ for n in $counts; do
     for cc in off on; do
       load=$(cut -d' ' -f1 /proc/loadavg)
       set +e
-      INCAST_JSON="$out/$n-$cc-$r.json" INCAST_EXTRA="--cc $cc --link-gbps $link_gbps" \
+      INCAST_JSON="$out/$n-$cc-$r.json" INCAST_EXTRA="--cc $cc --cc-link-gbps $link_gbps" \
         bash "$root/bench/incast.sh" "$build" "$n" "$rate" "$duration" > "$out/$n-$cc-$r.txt" 2>&1
       rc=$?
       set -e

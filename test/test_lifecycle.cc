@@ -507,13 +507,13 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   };
   p.use_manual_clock();
   // When a peer sends one packet every 30 ms: never silent for 50 ms, but
-  // far below 10 MB/s
+  // below kMinRxBytesPerSec (100 KB/s)
   const uint64_t deadline_ms = 50 + (uint64_t{msg_size} * 1000 / kMinRxBytesPerSec) + 1;
   for (uint16_t k = 0; k < 9; k++) {
     send_pkt(k);
     p.pump();  // received now
     p.advance(30ms);
-    // Expect it held until its deadline (50 ms + its size at 10 MB/s) and
+    // Expect it held until its deadline (50 ms + its size at 100 KB/s) and
     // dropped at the first scan after it
     CHECK(p.server->stats().partial_requests_abandoned ==
           (uint64_t{k + 1u} * 30 >= deadline_ms ? 1u : 0u));
@@ -639,5 +639,38 @@ TEST_CASE(
   CHECK(call.errc == Errc::kOk);
   CHECK(check_pattern(call.resp, size, size));
   first.release(*p.client);
+  call.release(*p.client);
+}
+
+TEST_CASE("a request paced at congestion control's minimum rate is not dropped as a trickle") {
+  // Regression (bench/incast.sh, 32 clients): the server dropped a request
+  // that arrived slower than 10 MB/s overall, and congestion control paced
+  // sessions far below that, so no client of the incast finished a 1 MiB
+  // request. Given a server with a 50 ms silence timeout, and a client with
+  // congestion control on a 100 Mbit/s link, on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256, .partial_request_timeout_ms = 50},
+         RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
+  p.use_manual_clock();
+  const uint32_t client_ep = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+  // When every packet of a 60-packet echo is lost until timeouts in a row
+  // have cut its session to the minimum rate (twice kMinRxBytesPerSec)
+  const size_t size = p.client->max_data_per_pkt() * 60;
+  Call call(*p.client, size);
+  FakeNetwork::instance().set_filter([client_ep](const FakePacket& pkt) {
+    return pkt.src == client_ep ? FakeVerdict::kDrop : FakeVerdict::kDeliver;
+  });
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 1000 && p.client->stats().retransmissions < 8; i++) p.advance(5ms);
+  REQUIRE(p.client->stats().retransmissions >= 8);
+  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps * 1'000'000 / 8 <= 2 * kMinRxBytesPerSec);
+  FakeNetwork::instance().set_filter(nullptr);
+  // Expect it sent paced (its 60 packets take longer than the silence
+  // timeout), received whole and answered
+  for (int i = 0; i < 100000 && call.runs == 0; i++) p.advance(100us);
+  REQUIRE(call.runs == 1);
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+  CHECK(p.server->stats().partial_requests_abandoned == 0);
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts >= 60);
   call.release(*p.client);
 }

@@ -101,6 +101,25 @@ TEST_CASE("Timely: the rate never drops below the minimum, and close samples mov
   CHECK(u.rate_bytes_per_s() == kept);
 }
 
+TEST_CASE("Timely: a retransmission timeout halves the rate, down to the minimum") {
+  const TimelyParams p = params();
+  Timely t(p, 0);
+  // Given a session at the full rate that has no RTT sample at all (every
+  // window lost a packet)
+  REQUIRE(t.uncongested());
+  // When a timeout fires, it is paced at half the rate
+  t.on_loss(10 * kUs);
+  CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta)));
+  CHECK_FALSE(t.uncongested());
+  // and timeouts in a row take it to the minimum, never below
+  for (int i = 0; i < 64; i++) t.on_loss(10 * kUs * (i + 2));
+  CHECK(t.rate_bytes_per_s() == p.min_bytes_per_s);
+  // from where short round trips bring it back up
+  const double low = t.rate_bytes_per_s();
+  t.on_rtt_sample(10 * kUs * 80, 20 * kUs);
+  CHECK(t.rate_bytes_per_s() > low);
+}
+
 TEST_CASE("Timely: the time of a packet at the current rate") {
   const TimelyParams p = params();
   Timely t(p, 0);

@@ -192,6 +192,17 @@ bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
         static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, uint64_t{1} << 40));
   } else if (flag.name == "--credits") {
     ep.session_credits = static_cast<std::size_t>(parse_unsigned(flag.name, value, 8, 65535));
+  } else if (flag.name == "--cc") {
+    if (value != "on" && value != "off") {
+      throw UsageError(fmt::format("--cc: '{}' is not on or off", value));
+    }
+    ep.congestion_control = value == "on";
+  } else if (flag.name == "--cc-link-gbps") {
+    ep.cc_link_gbps = parse_positive_double(flag.name, value);
+  } else if (flag.name == "--cc-t-low-us") {
+    ep.cc_t_low_us = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 1'000'000));
+  } else if (flag.name == "--cc-t-high-us") {
+    ep.cc_t_high_us = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 1'000'000));
   } else {
     return false;
   }
@@ -248,8 +259,15 @@ std::string endpoint_usage() {
       "                       one-sided read where the transport has it (default 16384;\n"
       "                       a huge value keeps every message on datagrams)\n"
       "  --credits N          RpcConfig.session_credits: packets in flight per session\n"
-      "                       (default {}; a session gets the smaller of both ends')\n",
-      rpc::RpcConfig{}.session_credits);
+      "                       (default {}; a session gets the smaller of both ends')\n"
+      "  --cc on|off          RpcConfig.congestion_control: Timely rate control and\n"
+      "                       pacing of a client's sessions (default {})\n"
+      "  --cc-link-gbps X     RpcConfig.cc_link_gbps: the full rate (default {})\n"
+      "  --cc-t-low-us N, --cc-t-high-us N\n"
+      "                       RpcConfig.cc_t_low_us, cc_t_high_us: Timely's thresholds\n"
+      "                       above a session's base RTT (default {}, {})\n",
+      rpc::RpcConfig{}.session_credits, rpc::RpcConfig{}.congestion_control ? "on" : "off",
+      rpc::RpcConfig{}.cc_link_gbps, rpc::RpcConfig{}.cc_t_low_us, rpc::RpcConfig{}.cc_t_high_us);
 }
 
 }  // namespace bench

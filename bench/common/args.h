@@ -73,12 +73,16 @@ struct EndpointOptions {
   std::string verbs_device;  // empty: the first device with an active port
   int gid_index = -1;        // -1: RpcConfig's automatic choice
   rpc::VerbsBulk verbs_bulk = rpc::VerbsBulk::kAuto;
-  bool udp_offload = true;               // RpcConfig::udp_offload
-  std::string fabric_provider;           // empty: libfabric's first RDM provider
-  uint32_t sm_timeout_ms = 0;            // 0: NexusConfig's default
-  uint32_t failure_timeout_ms = 0;       // 0: NexusConfig's default
-  std::size_t bulk_threshold_bytes = 0;  // 0: RpcConfig's default
-  std::size_t session_credits = 0;       // 0: RpcConfig's default
+  bool udp_offload = true;                 // RpcConfig::udp_offload
+  std::string fabric_provider;             // empty: libfabric's first RDM provider
+  uint32_t sm_timeout_ms = 0;              // 0: NexusConfig's default
+  uint32_t failure_timeout_ms = 0;         // 0: NexusConfig's default
+  std::size_t bulk_threshold_bytes = 0;    // 0: RpcConfig's default
+  std::size_t session_credits = 0;         // 0: RpcConfig's default
+  std::optional<bool> congestion_control;  // unset: RpcConfig's default
+  double cc_link_gbps = 0;                 // 0: RpcConfig's default
+  uint32_t cc_t_low_us = 0;                // 0: RpcConfig's default
+  uint32_t cc_t_high_us = 0;               // 0: RpcConfig's default
 };
 
 // "--mtu" as printed: the number, or "auto" for the transport's own (0).
@@ -98,7 +102,11 @@ inline constexpr std::string_view kEndpointFlags[] = {"--mode",
                                                       "--bulk-threshold",
                                                       "--verbs-bulk",
                                                       "--udp-offload",
-                                                      "--credits"};
+                                                      "--credits",
+                                                      "--cc",
+                                                      "--cc-link-gbps",
+                                                      "--cc-t-low-us",
+                                                      "--cc-t-high-us"};
 
 // Applies one of kEndpointFlags; returns false for any other flag.
 bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag);

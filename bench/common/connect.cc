@@ -27,6 +27,10 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   config.fabric_provider = ep.fabric_provider;
   if (ep.bulk_threshold_bytes != 0) config.bulk_threshold_bytes = ep.bulk_threshold_bytes;
   if (ep.session_credits != 0) config.session_credits = ep.session_credits;
+  if (ep.congestion_control) config.congestion_control = *ep.congestion_control;
+  if (ep.cc_link_gbps != 0) config.cc_link_gbps = ep.cc_link_gbps;
+  if (ep.cc_t_low_us != 0) config.cc_t_low_us = ep.cc_t_low_us;
+  if (ep.cc_t_high_us != 0) config.cc_t_high_us = ep.cc_t_high_us;
   if (watch != nullptr) {
     config.session_callback = [watch](rpc::SessionNum sn, rpc::SessionEvent event, rpc::SmErr err) {
       if (event == rpc::SessionEvent::kConnectFailed && !watch->failed) {

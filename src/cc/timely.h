@@ -10,7 +10,11 @@
 // RTT is below t_low keeps the full rate without any arithmetic (eRPC's
 // "Timely bypass").
 //
-// Fed by the engine's RTT samples (rpc/credits.cc) when
+// A retransmission timeout halves the rate (on_loss): under heavy loss no
+// RTT sample arrives at all, and only the timeouts tell a sender to slow.
+//
+// Fed by the engine's RTT samples (rpc/credits.cc) and timeouts
+// (rpc/pkt_loss.cc) when
 // RpcConfig::congestion_control is on; unit-tested in test/test_timely.cc.
 #pragma once
 
@@ -30,6 +34,7 @@ struct TimelyParams {
   double ewma_alpha = 0.46;             // weight of a new RTT difference
   double beta = 0.26;                   // multiplicative decrease factor
   size_t hai_after = 5;                 // falls in a row before 5x increases
+  double loss_beta = 0.5;               // a retransmission timeout cuts this much
   // false: t_low and t_high are absolute and the gradient is normalized by
   // min_rtt_ns, as in eRPC (microsecond RTTs from NIC-to-NIC paths). true:
   // both thresholds count from the smallest RTT the session has seen (its
@@ -51,6 +56,15 @@ class Timely {
     if (rtt_ns < base_rtt_ns_ && rtt_ns >= params_->min_rtt_ns) base_rtt_ns_ = rtt_ns;
     if (rate_ >= params_->link_bytes_per_s && rtt_ns <= t_low()) return;
     update(now_ns, rtt_ns);
+  }
+  // A retransmission timeout: the session lost packets and no RTT sample
+  // said so (Karn's rule takes none from a resent packet, and a session
+  // whose every window loses a packet would never be sampled at all). The
+  // rate is cut by loss_beta, as Swift cuts its window on a timeout; a
+  // queue that overflows is the strongest signal a sender gets.
+  void on_loss(uint64_t now_ns) {
+    rate_ = std::max(rate_ * (1 - params_->loss_beta), params_->min_bytes_per_s);
+    last_update_ns_ = now_ns;
   }
   // True at the full rate: the session's packets need no pacing.
   bool uncongested() const { return rate_ >= params_->link_bytes_per_s; }

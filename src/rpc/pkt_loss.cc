@@ -61,6 +61,7 @@ void RpcImpl::rollback(ClientSlot& slot) {
   if (slot.rto_backoff < kMaxRtoBackoff) slot.rto_backoff++;
   session.stats.retransmissions++;
   stats_.retransmissions++;
+  if (wheel_ != nullptr) session.timely.on_loss(now_ns_);  // congestion control
   client_try_send(slot);
 }
 
