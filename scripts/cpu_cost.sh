@@ -6,7 +6,8 @@
 # start-up and shutdown. System calls, libc and the app's own handler and
 # continuation are excluded. Usage: scripts/cpu_cost.sh [BUILD_DIR] [SIZE]
 # Env: N1 (default 2000), N2 (default 4000), JSON (write {"instructions_per_rpc": ...}),
-# OFFLOAD (on, the default, or off: RpcConfig::udp_offload).
+# OFFLOAD (on, the default, or off: RpcConfig::udp_offload), CC (on, off, or
+# default: RpcConfig::congestion_control).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}
@@ -19,7 +20,7 @@ bin="$build_dir/bench/cpu_cost/cpu_cost"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count() {
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" \
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" "${CC:-default}" \
     >/dev/null 2>&1
   python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" librpc.so
 }

@@ -674,3 +674,38 @@ TEST_CASE("a request paced at congestion control's minimum rate is not dropped a
   CHECK(p.client->session_stats(p.sn)->cc_paced_pkts >= 60);
   call.release(*p.client);
 }
+
+TEST_CASE("a request the server abandoned in part is sent again from its first packet") {
+  // Regression (netns "delay-2ms-jitter-1ms" with congestion control): the
+  // server dropped a request received in part that went silent, and the
+  // client resent it from the middle, which the server drops, until
+  // request_timeout_ms failed it. Given a server with a 50 ms silence
+  // timeout, on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256, .partial_request_timeout_ms = 50},
+         RpcConfig{.mtu_bytes = 256, .request_timeout_ms = 5000});
+  p.use_manual_clock();
+  const uint32_t client_ep = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+  // When a 60-packet echo loses every packet after its first ten for 200 ms
+  const size_t size = p.client->max_data_per_pkt() * 60;
+  Call call(*p.client, size);
+  size_t passed = 0;
+  bool cut = true;
+  FakeNetwork::instance().set_filter([&](const FakePacket& pkt) {
+    if (pkt.src != client_ep || !cut) return FakeVerdict::kDeliver;
+    return ++passed <= 10 ? FakeVerdict::kDeliver : FakeVerdict::kDrop;
+  });
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 20; i++) p.advance(10ms);
+  // the server drops what it had
+  REQUIRE(p.server->stats().partial_requests_abandoned == 1);
+  cut = false;
+  // Expect the client to start it over once its resends go unanswered,
+  // and the request to complete, intact, well before its timeout
+  for (int i = 0; i < 4000 && call.runs == 0; i++) p.advance(1ms);
+  REQUIRE(call.runs == 1);
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+  CHECK(p.client->stats().requests_restarted >= 1);
+  CHECK(p.server->stats().handlers_run == 1);
+  call.release(*p.client);
+}

@@ -49,6 +49,8 @@ JsonObject transport_json(const EndpointOptions& ep) {
   JsonObject o;
   o.add_uint("session_credits",
              ep.session_credits != 0 ? ep.session_credits : rpc::RpcConfig{}.session_credits);
+  const bool cc = ep.congestion_control.value_or(rpc::RpcConfig{}.congestion_control);
+  o.add_raw("congestion_control", cc ? "true" : "false");
   if (ep.transport == "udp") o.add_raw("udp_offload", ep.udp_offload ? "true" : "false");
   if (ep.transport == "fabric") o.add_string("fabric_provider", ep.fabric_provider);
   return o;

@@ -36,7 +36,8 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id,
 void print_transport_choice(const rpc::Rpc& rpc);
 
 // The transport settings a result file needs besides "transport", for
-// bench/compare/SCHEMA.md: "udp_offload" (true/false) on udp, the asked
+// bench/compare/SCHEMA.md: "session_credits", "congestion_control"
+// (true/false), "udp_offload" (true/false) on udp, the asked
 // "fabric_provider" ("" for libfabric's first RDM provider) on fabric;
 // nothing on other transports.
 JsonObject transport_json(const EndpointOptions& ep);

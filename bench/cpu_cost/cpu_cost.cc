@@ -44,14 +44,19 @@ int main(int argc, char** argv) {
   const long n = argc > 1 ? std::atol(argv[1]) : 10000;
   const size_t size = argc > 2 ? static_cast<size_t>(std::atol(argv[2])) : 32;
   const bool offload = argc <= 3 || std::strcmp(argv[3], "off") != 0;  // RpcConfig::udp_offload
+  // RpcConfig::congestion_control: its default unless "on" or "off"
+  bool cc = rpc::RpcConfig{}.congestion_control;
+  if (argc > 4 && std::strcmp(argv[4], "default") != 0) cc = std::strcmp(argv[4], "on") == 0;
   if (n <= 0) {
-    std::fprintf(stderr, "usage: cpu_cost [NUM_RPCS] [SIZE_BYTES] [on|off (udp offload)]\n");
+    std::fprintf(stderr,
+                 "usage: cpu_cost [NUM_RPCS] [SIZE_BYTES] [on|off (udp offload)] "
+                 "[on|off|default (congestion control)]\n");
     return 2;
   }
   rpc::Nexus nexus({.uri = "127.0.0.1:0", .num_bg_threads = 0});
   if (!nexus.register_handler(kEcho, echo)) return 1;
-  rpc::Rpc server(nexus, {.rpc_id = 1, .udp_offload = offload});
-  rpc::Rpc client(nexus, {.rpc_id = 0, .udp_offload = offload});
+  rpc::Rpc server(nexus, {.rpc_id = 1, .udp_offload = offload, .congestion_control = cc});
+  rpc::Rpc client(nexus, {.rpc_id = 0, .udp_offload = offload, .congestion_control = cc});
   auto sn = client.create_session(nexus.uri(), 1);
   if (!sn) {
     std::fprintf(stderr, "cpu_cost: %s\n", sn.error().c_str());
@@ -72,7 +77,10 @@ int main(int argc, char** argv) {
     client.run_event_loop_once();
     server.run_event_loop_once();
   }
-  std::printf("cpu_cost: %ld RPCs of %zu B, %ld failed, client retransmissions %lu\n", n, size,
-              s.failed, static_cast<unsigned long>(client.stats().retransmissions));
+  std::printf(
+      "cpu_cost: %ld RPCs of %zu B, %ld failed, client retransmissions %lu, congestion control "
+      "%s\n",
+      n, size, s.failed, static_cast<unsigned long>(client.stats().retransmissions),
+      cc ? "on" : "off");
   return s.failed == 0 ? 0 : 1;
 }

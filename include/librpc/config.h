@@ -135,15 +135,17 @@ struct RpcConfig {
   // Congestion control: Timely (a per-session rate from the gradient of its
   // round-trip times) and a timing wheel that paces the packets of sessions
   // below the full rate; an uncongested session is never paced (eRPC's
-  // bypasses). Off by default while its tuning is measured (issue 12,
-  // bench/incast_compare.sh). cc_link_gbps is the rate of an uncongested
-  // session: the link's speed. The rate grows while a session's RTT is
-  // within cc_t_low_us of the smallest it has seen, and falls in
-  // proportion once it is more than cc_t_high_us above it; in between it
-  // follows the RTT's gradient. The defaults suit kernel UDP paths, whose
-  // samples carry hundreds of microseconds of host delays; eRPC uses 50
-  // and 1000 on RDMA NICs.
-  bool congestion_control = false;
+  // bypasses), and costs about one comparison per packet. On by default
+  // (docs/benchmarks.md, "Incast" and "Cost of congestion control"); it
+  // acts on the sending side, so a client's setting governs its sessions.
+  // cc_link_gbps is the rate of an uncongested session: the link's speed.
+  // The rate grows while a session's RTT is within cc_t_low_us of the
+  // smallest it has seen, and falls in proportion once it is more than
+  // cc_t_high_us above it; in between it follows the RTT's gradient. A
+  // retransmission timeout halves it. The defaults suit kernel UDP paths,
+  // whose samples carry hundreds of microseconds of host delays; eRPC uses
+  // 50 and 1000 on RDMA NICs.
+  bool congestion_control = true;
   double cc_link_gbps = 10.0;
   uint32_t cc_t_low_us = 300;
   uint32_t cc_t_high_us = 800;

@@ -77,9 +77,12 @@ struct RpcStats {
   uint64_t sm_requests_dropped = 0;         // SM requests dropped: too many queued (a flood)
   uint64_t requests_timed_out = 0;          // failed with kTimedOut (request_timeout_ms)
   uint64_t partial_requests_abandoned = 0;  // partly received, then silent too long
-  uint64_t handler_exceptions = 0;          // handlers that threw (kHandlerFailed sent)
-  uint64_t continuation_exceptions = 0;     // continuations that threw (caught, logged)
-  uint64_t callback_exceptions = 0;         // session callbacks that threw (caught, logged)
+  // Client: requests sent again from their first packet after timeouts in
+  // a row (the server may have abandoned the part it had).
+  uint64_t requests_restarted = 0;
+  uint64_t handler_exceptions = 0;       // handlers that threw (kHandlerFailed sent)
+  uint64_t continuation_exceptions = 0;  // continuations that threw (caught, logged)
+  uint64_t callback_exceptions = 0;      // session callbacks that threw (caught, logged)
   // Levels, not counters: RX ring entries the sessions' credits hold, and
   // credits granted beyond the ring's room (docs/design.md, "Sessions and
   // ring room").

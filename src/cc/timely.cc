@@ -39,7 +39,7 @@ void Timely::update(uint64_t now_ns, uint64_t rtt_ns) {
     }
   }
   // Never below half in one step, nor outside [min, link].
-  rate_ = std::clamp(std::max(rate, rate_ / 2), p.min_bytes_per_s, p.link_bytes_per_s);
+  set_rate(std::clamp(std::max(rate, rate_ / 2), p.min_bytes_per_s, p.link_bytes_per_s));
 }
 
 }  // namespace rpc::detail

@@ -46,15 +46,20 @@ struct TimelyParams {
 
 class Timely {
  public:
-  Timely() = default;  // unused: congestion control off
+  Timely() = default;  // congestion control off: uncongested, never updated
   // params must outlive the Timely (one per Rpc, shared by its sessions).
   Timely(const TimelyParams& params, uint64_t now_ns)
-      : params_(&params), rate_(params.link_bytes_per_s), last_update_ns_(now_ns) {}
+      : params_(&params),
+        rate_(params.link_bytes_per_s),
+        last_update_ns_(now_ns),
+        t_low_abs_ns_(params.t_low_ns) {}
 
-  // One RTT sample, taken at now_ns.
+  // One RTT sample, taken at now_ns. The bypass reads two members and no
+  // parameter: it runs for every sample of every uncongested session.
   void on_rtt_sample(uint64_t now_ns, uint64_t rtt_ns) {
-    if (rtt_ns < base_rtt_ns_ && rtt_ns >= params_->min_rtt_ns) base_rtt_ns_ = rtt_ns;
-    if (rate_ >= params_->link_bytes_per_s && rtt_ns <= t_low()) return;
+    if (rtt_ns < base_rtt_ns_) [[unlikely]]
+      new_base(rtt_ns);
+    if (uncongested_ && rtt_ns <= t_low_abs_ns_) return;
     update(now_ns, rtt_ns);
   }
   // A retransmission timeout: the session lost packets and no RTT sample
@@ -63,11 +68,11 @@ class Timely {
   // rate is cut by loss_beta, as Swift cuts its window on a timeout; a
   // queue that overflows is the strongest signal a sender gets.
   void on_loss(uint64_t now_ns) {
-    rate_ = std::max(rate_ * (1 - params_->loss_beta), params_->min_bytes_per_s);
+    set_rate(std::max(rate_ * (1 - params_->loss_beta), params_->min_bytes_per_s));
     last_update_ns_ = now_ns;
   }
   // True at the full rate: the session's packets need no pacing.
-  bool uncongested() const { return rate_ >= params_->link_bytes_per_s; }
+  bool uncongested() const { return uncongested_; }
   double rate_bytes_per_s() const { return rate_; }
   // The smallest RTT seen (relative_to_base); UINT64_MAX before a sample.
   uint64_t base_rtt_ns() const { return base_rtt_ns_; }
@@ -78,6 +83,15 @@ class Timely {
 
  private:
   void update(uint64_t now_ns, uint64_t rtt_ns);
+  void set_rate(double rate) {
+    rate_ = rate;
+    uncongested_ = rate >= params_->link_bytes_per_s;
+  }
+  void new_base(uint64_t rtt_ns) {
+    if (rtt_ns < params_->min_rtt_ns) return;  // an artefact (Timely::update)
+    base_rtt_ns_ = rtt_ns;
+    t_low_abs_ns_ = t_low();
+  }
   bool relative() const { return params_->relative_to_base && base_rtt_ns_ != UINT64_MAX; }
   uint64_t t_low() const {
     return relative() ? base_rtt_ns_ + params_->t_low_ns : params_->t_low_ns;
@@ -98,6 +112,8 @@ class Timely {
   size_t neg_gradients_ = 0;
   uint64_t last_update_ns_ = 0;
   uint64_t base_rtt_ns_ = UINT64_MAX;
+  bool uncongested_ = true;    // rate_ at the link rate (set_rate)
+  uint64_t t_low_abs_ns_ = 0;  // t_low(), kept current by new_base()
 };
 
 }  // namespace rpc::detail

@@ -68,9 +68,7 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     const uint64_t sample_ns = now_ns_ - slot.rtt_sample_sent_ns;
     session.rtt.add_sample(sample_ns);
     if (wheel_ != nullptr) session.timely.on_rtt_sample(now_ns_, sample_ns);
-    slot.rtt_sample_index = kNoSample;
-    session.stats.srtt_us = session.rtt.srtt_ns() / 1000;
-    session.stats.rto_us = session.rtt.rto_ns() / 1000;
+    slot.rtt_sample_index = kNoSample;  // (srtt_us, rto_us: computed in session_stats())
   }
   slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;

@@ -55,6 +55,18 @@ void RpcImpl::scan_server_session(Session& session) {
 void RpcImpl::rollback(ClientSlot& slot) {
   Session& session = *slot.session;
   session.credits += slot.num_tx - slot.num_rx;
+  // A request acknowledged in part that then hears nothing for several
+  // timeouts in a row starts over: the server drops a request received in
+  // part that went silent or trickled (abandon_partial_request) and then
+  // takes only a first packet for it. Resent from the middle, it would be
+  // dropped until request_timeout_ms failed it (seen with congestion
+  // control on a jittery link: netns "delay-2ms-jitter-1ms"). If the
+  // server still has it, it answers the early packets again from req_rx.
+  if (slot.rto_backoff + 1 >= kRestartAfterTimeouts && slot.num_rx > 0 &&
+      slot.num_rx < slot.req_pkts) {
+    slot.num_rx = 0;
+    stats_.requests_restarted++;
+  }
   slot.num_tx = slot.num_rx;
   slot.progress_ns = now_ns_;
   slot.rtt_sample_index = kNoSample;  // Karn: an answer now may be to either copy

@@ -226,6 +226,11 @@ bool RpcImpl::is_connected(SessionNum sn) const {
 const SessionStats* RpcImpl::session_stats(SessionNum sn) const {
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) return nullptr;
   Session& s = *sessions_[sn];
+  // Derived when asked, not per sample: the divisions cost every RPC.
+  if (s.rtt.has_sample()) {
+    s.stats.srtt_us = s.rtt.srtt_ns() / 1000;
+    s.stats.rto_us = s.rtt.rto_ns() / 1000;
+  }
   if (wheel_ != nullptr && s.is_client()) {
     s.stats.cc_rate_mbps = static_cast<uint64_t>(s.timely.rate_bytes_per_s() * 8 / 1e6);
   }

@@ -46,6 +46,7 @@ class RttEstimator {
     return std::min(rto << backoff, std::max(rto, kMaxRtoNs));
   }
   uint64_t srtt_ns() const { return srtt_ns_; }
+  bool has_sample() const { return samples_ != 0; }
   uint64_t rttvar_ns() const { return rttvar_ns_; }
 
  private:

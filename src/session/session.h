@@ -35,6 +35,9 @@ static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must b
 inline constexpr size_t kNoSample = SIZE_MAX;
 // Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.
 inline constexpr uint8_t kMaxRtoBackoff = 6;
+// After this many timeouts in a row, a request acknowledged in part is
+// sent again from its first packet (rpc/pkt_loss.cc, rollback()).
+inline constexpr uint8_t kRestartAfterTimeouts = 3;
 
 // The first request number of slot 0 of a session. Both ends derive it from
 // the random token of the connect request, so each session starts at its
