@@ -4,7 +4,7 @@
 # RpcConfig::congestion_control off and on, interleaved (off on off on
 # ...), REPS times each, with the load average before each run; then
 # scripts/cpu_cost.sh (callgrind) with it off and on. Writes
-# bench/compare/sections/cc_cost.md from the medians (report.py copies it
+# bench/compare/sections/cc_cost.md from the medians (report.py --sections-only copies it, and
 # into docs/benchmarks.md).
 #
 #   bench/cc_cost.sh [BUILD_DIR] [REPS]     (defaults: build, 5)
@@ -80,3 +80,4 @@ lines = ["## Cost of congestion control on an uncongested path", "",
 open(dest, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+python3 "$root/bench/compare/report.py" --sections-only

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs bench/incast.sh with congestion control off and on, interleaved
 # (off on off on ...), REPS times for each client count, and writes
-# bench/compare/sections/incast.md from the medians (report.py copies it
+# bench/compare/sections/incast.md from the medians (report.py --sections-only copies it, and
 # into docs/benchmarks.md). Needs root.
 #
 # Before them, for each client count, one run with 64-byte "bulk" requests
@@ -109,3 +109,4 @@ lines += ["", "Ratios of the medians:", ""] + ratios + [
 open(dest, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+python3 "$root/bench/compare/report.py" --sections-only

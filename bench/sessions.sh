@@ -3,7 +3,7 @@
 # and at 20,000 (max_sessions raised, the documented config for many
 # sessions), REPS times each, interleaved (1k 20k 1k 20k ...), with the
 # load average and CPU idle share recorded before each run, and writes
-# bench/compare/sections/sessions.md from the medians (report.py copies it
+# bench/compare/sections/sessions.md from the medians (report.py --sections-only copies it, and
 # into docs/benchmarks.md).
 #
 #   bench/sessions.sh [BUILD_DIR] [REPS]     (defaults: build, 5)
@@ -97,3 +97,4 @@ with open(dest, "w") as f:
             "holds neither.\n")
 print(open(dest).read())
 PY
+python3 "$root/bench/compare/report.py" --sections-only

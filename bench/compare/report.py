@@ -1207,12 +1207,37 @@ def read_text(path):
         return "(commands.txt missing)"
 
 
+def splice_sections(md_path):
+    """Replaces the hand-run sections of an existing report (everything
+    between the first of their headings and "## Details") with
+    sections_text(), leaving the comparison's measurements as they were."""
+    with open(md_path) as f:
+        text = f.read()
+    end = text.find("\n## Details\n")
+    if end < 0:
+        sys.exit(f"report.py: {md_path} has no '## Details' heading")
+    headings = [p.splitlines()[0] for p in sections_text() if p.startswith("## ")]
+    starts = [text.find("\n" + h + "\n") for h in headings]
+    starts = [i for i in starts if 0 <= i < end]
+    start = min(starts) if starts else end
+    with open(md_path, "w") as f:
+        f.write(text[:start + 1] + "\n".join(sections_text()) + text[end + 1:])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results_dir")
+    ap.add_argument("results_dir", nargs="?")
     ap.add_argument("--md", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--png-dir", default=os.path.join(ROOT, "docs", "benchmarks"))
+    ap.add_argument("--sections-only", action="store_true",
+                    help="only copy bench/compare/sections/*.md into the existing --md")
     args = ap.parse_args()
+    if args.sections_only:
+        splice_sections(args.md)
+        print(f"report.py: copied the sections into {os.path.relpath(args.md)}")
+        return
+    if args.results_dir is None:
+        ap.error("results_dir is required (or --sections-only)")
     results_dir = os.path.realpath(args.results_dir)  # "latest" is a symlink
     if not os.path.isdir(results_dir):
         sys.exit(f"report.py: {results_dir} is not a directory")
