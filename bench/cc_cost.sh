@@ -4,8 +4,8 @@
 # RpcConfig::congestion_control off and on, interleaved (off on off on
 # ...), REPS times each, with the load average before each run; then
 # scripts/cpu_cost.sh (callgrind) with it off and on. Writes
-# bench/compare/sections/cc_cost.md from the medians (report.py --sections-only copies it, and
-# into docs/benchmarks.md).
+# bench/compare/sections/cc_cost.md from the medians and copies it into
+# docs/benchmarks.md (bench/compare/report.py --sections-only).
 #
 #   bench/cc_cost.sh [BUILD_DIR] [REPS]     (defaults: build, 5)
 set -euo pipefail

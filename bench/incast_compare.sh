@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs bench/incast.sh with congestion control off and on, interleaved
 # (off on off on ...), REPS times for each client count, and writes
-# bench/compare/sections/incast.md from the medians (report.py --sections-only copies it, and
-# into docs/benchmarks.md). Needs root.
+# bench/compare/sections/incast.md from the medians and copies it into
+# docs/benchmarks.md (bench/compare/report.py --sections-only). Needs root.
 #
 # Before them, for each client count, one run with 64-byte "bulk" requests
 # (no congestion, the same processes): the probe latency this machine

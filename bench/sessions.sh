@@ -3,8 +3,8 @@
 # and at 20,000 (max_sessions raised, the documented config for many
 # sessions), REPS times each, interleaved (1k 20k 1k 20k ...), with the
 # load average and CPU idle share recorded before each run, and writes
-# bench/compare/sections/sessions.md from the medians (report.py --sections-only copies it, and
-# into docs/benchmarks.md).
+# bench/compare/sections/sessions.md from the medians and copies it into
+# docs/benchmarks.md (bench/compare/report.py --sections-only).
 #
 #   bench/sessions.sh [BUILD_DIR] [REPS]     (defaults: build, 5)
 set -euo pipefail
