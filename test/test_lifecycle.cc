@@ -709,3 +709,41 @@ TEST_CASE("a request the server abandoned in part is sent again from its first p
   CHECK(p.server->stats().handlers_run == 1);
   call.release(*p.client);
 }
+
+TEST_CASE(
+    "with congestion control, a new session sends one initial window before its first RTT "
+    "sample") {
+  // Given a client with congestion control (the default) and 32 credits,
+  // whose server's answers are held back
+  Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256});
+  REQUIRE(RpcImplTestAccess::session(p.client->impl(), p.sn)->max_credits == 32);
+  const uint32_t server_ep = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
+    return pkt.src == server_ep ? FakeVerdict::kHold : FakeVerdict::kDeliver;
+  });
+  FakeNetwork::instance().set_capture(true);
+  // When it starts a 60-packet echo
+  const size_t size = p.client->max_data_per_pkt() * 60;
+  Call call(*p.client, size);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 20; i++) p.pump();
+  // Expect only kCcInitialWindow request packets sent
+  auto requests_sent = [] {
+    size_t n = 0;
+    for (const FakePacket& pkt : FakeNetwork::instance().captured()) {
+      if (PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kReq) n++;
+    }
+    return n;
+  };
+  CHECK(requests_sent() == kCcInitialWindow);
+  // and the whole window open once the first answer (an RTT sample) is in
+  FakeNetwork::instance().set_filter(nullptr);
+  FakeNetwork::instance().release_held();
+  REQUIRE(p.pump_until([&] { return call.runs == 1; }));
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+  const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
+  CHECK(s->withheld_credits == 0);
+  CHECK(s->credits == 32);
+  call.release(*p.client);
+}

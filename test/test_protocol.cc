@@ -48,7 +48,11 @@ struct FakePair {
     FakeNetwork::instance().reset();
     g_handler_runs = 0;
     REQUIRE(nexus.register_handler(kEcho, counting_echo));
-    const RpcConfig base{.transport = "fake", .mtu_bytes = mtu_bytes, .rto_us = rto_us};
+    // Congestion control off: these tests script credit windows and packet
+    // orders exactly, which its initial window and pacing would change
+    // (its own tests: test_timely.cc, test_lifecycle.cc).
+    const RpcConfig base{
+        .transport = "fake", .mtu_bytes = mtu_bytes, .rto_us = rto_us, .congestion_control = false};
     RpcConfig sc = base;
     sc.rpc_id = 1;
     sc.session_credits = server_credits;

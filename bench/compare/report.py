@@ -24,11 +24,14 @@ import re
 import statistics
 import sys
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+except ImportError:  # --sections-only needs none of it
+    matplotlib = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -1238,6 +1241,8 @@ def main():
         return
     if args.results_dir is None:
         ap.error("results_dir is required (or --sections-only)")
+    if matplotlib is None:
+        sys.exit("report.py: the full report needs matplotlib (apt-get install python3-matplotlib)")
     results_dir = os.path.realpath(args.results_dir)  # "latest" is a symlink
     if not os.path.isdir(results_dir):
         sys.exit(f"report.py: {results_dir} is not a directory")

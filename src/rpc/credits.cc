@@ -67,7 +67,11 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
   if (rx_index == slot.rtt_sample_index) {
     const uint64_t sample_ns = now_ns_ - slot.rtt_sample_sent_ns;
     session.rtt.add_sample(sample_ns);
-    if (wheel_ != nullptr) session.timely.on_rtt_sample(now_ns_, sample_ns);
+    if (wheel_ != nullptr) {
+      session.timely.on_rtt_sample(now_ns_, sample_ns);
+      session.credits += session.withheld_credits;  // the initial window ends
+      session.withheld_credits = 0;
+    }
     slot.rtt_sample_index = kNoSample;  // (srtt_us, rto_us: computed in session_stats())
   }
   slot.rto_backoff = 0;

@@ -194,6 +194,10 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   // most at our ask (our ring room) and at least 1 (zero would stall).
   const size_t granted = std::clamp<size_t>(m.session_credits, 1, s.max_credits);
   set_session_credits(s, Admission{granted, std::min(granted, s.ring_entries)});
+  if (wheel_ != nullptr && s.credits > kCcInitialWindow) {  // released by the first RTT sample
+    s.withheld_credits = s.credits - kCcInitialWindow;
+    s.credits = kCcInitialWindow;
+  }
   s.remote_route = route;
   s.route_resolved = true;
   s.remote_src_key = transport_->src_key_of(route);

@@ -35,6 +35,9 @@ static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must b
 inline constexpr size_t kNoSample = SIZE_MAX;
 // Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.
 inline constexpr uint8_t kMaxRtoBackoff = 6;
+// With congestion control, a new client session sends at most this many
+// packets before its first RTT sample (TCP's initial window is 10).
+inline constexpr size_t kCcInitialWindow = 8;
 // After this many timeouts in a row, a request acknowledged in part is
 // sent again from its first packet (rpc/pkt_loss.cc, rollback()).
 inline constexpr uint8_t kRestartAfterTimeouts = 3;
@@ -231,6 +234,10 @@ struct Session {
   // use; the session reserves max_credits RX ring entries.
   size_t max_credits = 0;
   size_t credits = 0;
+  // Congestion control: credits held back until the session's first RTT
+  // sample (kCcInitialWindow), so that many sessions starting at once do
+  // not each send a full window into a queue they know nothing about.
+  size_t withheld_credits = 0;
   // RX ring entries this session's credits hold (at most max_credits; less
   // when the session was admitted beyond the ring's room: RpcImpl::admit).
   size_t ring_entries = 0;
