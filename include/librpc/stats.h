@@ -77,8 +77,9 @@ struct RpcStats {
   uint64_t sm_requests_dropped = 0;         // SM requests dropped: too many queued (a flood)
   uint64_t requests_timed_out = 0;          // failed with kTimedOut (request_timeout_ms)
   uint64_t partial_requests_abandoned = 0;  // partly received, then silent too long
-  // Client: requests sent again from their first packet after timeouts in
-  // a row (the server may have abandoned the part it had).
+  // Client: requests sent again from their first packet after hearing
+  // nothing for partial_request_timeout_ms (the server may have dropped
+  // the part it had).
   uint64_t requests_restarted = 0;
   uint64_t handler_exceptions = 0;       // handlers that threw (kHandlerFailed sent)
   uint64_t continuation_exceptions = 0;  // continuations that threw (caught, logged)

@@ -55,15 +55,17 @@ void RpcImpl::scan_server_session(Session& session) {
 void RpcImpl::rollback(ClientSlot& slot) {
   Session& session = *slot.session;
   session.credits += slot.num_tx - slot.num_rx;
-  // A request acknowledged in part that then hears nothing for several
-  // timeouts in a row starts over: the server drops a request received in
-  // part that went silent or trickled (abandon_partial_request) and then
-  // takes only a first packet for it. Resent from the middle, it would be
-  // dropped until request_timeout_ms failed it (seen with congestion
-  // control on a jittery link: netns "delay-2ms-jitter-1ms"). If the
-  // server still has it, it answers the early packets again from req_rx.
-  if (slot.rto_backoff + 1 >= kRestartAfterTimeouts && slot.num_rx > 0 &&
-      slot.num_rx < slot.req_pkts) {
+  // A request acknowledged in part that has heard nothing for as long as a
+  // server waits before it drops a request received in part (our own
+  // partial_request_timeout_ms; the server may have dropped it for that or
+  // for trickling: abandon_partial_request) starts over from its first
+  // packet, the only one such a server takes for it. Resent from the
+  // middle, it was dropped until request_timeout_ms failed it (seen with
+  // congestion control on a jittery link: netns "delay-2ms-jitter-1ms").
+  // A server that still has it answers the early packets again. Not on
+  // timeouts in a row alone: under heavy loss that threw away progress.
+  if (slot.num_rx > 0 && slot.num_rx < slot.req_pkts &&
+      now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_) {
     slot.num_rx = 0;
     stats_.requests_restarted++;
   }

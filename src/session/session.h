@@ -38,9 +38,6 @@ inline constexpr uint8_t kMaxRtoBackoff = 6;
 // With congestion control, a new client session sends at most this many
 // packets before its first RTT sample (TCP's initial window is 10).
 inline constexpr size_t kCcInitialWindow = 8;
-// After this many timeouts in a row, a request acknowledged in part is
-// sent again from its first packet (rpc/pkt_loss.cc, rollback()).
-inline constexpr uint8_t kRestartAfterTimeouts = 3;
 
 // The first request number of slot 0 of a session. Both ends derive it from
 // the random token of the connect request, so each session starts at its
