@@ -171,7 +171,7 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
   const double gbps = to_gbps(static_cast<double>(messages) / w.seconds, size);
   const auto& f = client.final_state(0);
   *failures += client.errors(0) + (f.drained ? 0 : 1);
-  fmt::print("librpc size={} window={} messages={} in {:.2f} s: {:.3f} Gbit/s{}{}{}{}\n",
+  fmt::print("librpc size={} window={} messages={} in {:.2f} s: {:.3f} Gbit/s{}{}{}{}{}\n",
              bench::format_size(size), opt.window, messages, w.seconds, gbps,
              client.errors(0)
                  ? fmt::format(" errors={} (first: {})", client.errors(0), f.first_error)
@@ -179,6 +179,9 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
              f.retransmissions ? fmt::format(" retransmissions={} (spurious {})", f.retransmissions,
                                              f.spurious_retransmissions)
                                : "",
+             f.cc_paced_pkts ? fmt::format(" paced={} (rate {} Mbit/s at the end)", f.cc_paced_pkts,
+                                           f.cc_min_rate_mbps)
+                             : "",
              f.drained ? "" : " (requests left unanswered at the end)",
              w.interrupted ? " (interrupted)" : "");
   std::fflush(stdout);
@@ -191,7 +194,8 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
       .add_uint("resp_size", opt.resp_size)
       .add_uint("errors", client.errors(0))
       .add_uint("retransmissions", f.retransmissions)
-      .add_uint("spurious_retransmissions", f.spurious_retransmissions);
+      .add_uint("spurious_retransmissions", f.spurious_retransmissions)
+      .add_uint("cc_paced_pkts", f.cc_paced_pkts);
   return o;
 }
 

@@ -72,6 +72,14 @@ void ClientThreads::run(Worker& w, std::size_t index, rpc::Nexus& nexus,
     w.final.retransmissions = rpc.stats().retransmissions;
     w.final.spurious_retransmissions = rpc.stats().spurious_retransmissions;
     w.final.resets = watch.resets;
+    for (const ClientSession& cs : sessions) {
+      if (const rpc::SessionStats* st = rpc.session_stats(cs.num)) {
+        w.final.cc_paced_pkts += st->cc_paced_pkts;
+        if (w.final.cc_min_rate_mbps == 0 || st->cc_rate_mbps < w.final.cc_min_rate_mbps) {
+          w.final.cc_min_rate_mbps = st->cc_rate_mbps;
+        }
+      }
+    }
     close_sessions(rpc, sessions);
     w.state.store(kDone, std::memory_order_release);
   } catch (...) {

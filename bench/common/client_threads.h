@@ -62,6 +62,8 @@ class ClientThreads {
   struct Final {
     std::uint64_t retransmissions = 0;
     std::uint64_t spurious_retransmissions = 0;  // RpcStats: packets answered twice
+    std::uint64_t cc_paced_pkts = 0;             // SessionStats, over its sessions
+    std::uint64_t cc_min_rate_mbps = 0;          // the lowest session rate at the end
     std::size_t resets = 0;                      // sessions the server reset
     bool drained = true;                         // everything outstanding came back at the end
     std::string first_error;                     // of its ClosedLoop; empty when none
