@@ -490,8 +490,10 @@ TEST_CASE("a request timing out in the scan that rolled back another frees nothi
 }
 
 TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
-  // Given a server with a 50 ms silence timeout
-  Pair p(RpcConfig{.partial_request_timeout_ms = 50});
+  // Given a server with a 50 ms silence timeout (and small packets, so
+  // that one every 30 ms is below the 16 KB/s floor)
+  Pair p(RpcConfig{.mtu_bytes = 256, .partial_request_timeout_ms = 50},
+         RpcConfig{.mtu_bytes = 256});
   Session& s = p.server_session();
   const size_t dpp = p.server->max_data_per_pkt();
   const uint32_t msg_size = static_cast<uint32_t>(dpp * 10);
@@ -507,13 +509,13 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   };
   p.use_manual_clock();
   // When a peer sends one packet every 30 ms: never silent for 50 ms, but
-  // below kMinRxBytesPerSec (100 KB/s)
+  // below kMinRxBytesPerSec (16 KB/s)
   const uint64_t deadline_ms = 50 + (uint64_t{msg_size} * 1000 / kMinRxBytesPerSec) + 1;
   for (uint16_t k = 0; k < 9; k++) {
     send_pkt(k);
     p.pump();  // received now
     p.advance(30ms);
-    // Expect it held until its deadline (50 ms + its size at 100 KB/s) and
+    // Expect it held until its deadline (50 ms + its size at 16 KB/s) and
     // dropped at the first scan after it
     CHECK(p.server->stats().partial_requests_abandoned ==
           (uint64_t{k + 1u} * 30 >= deadline_ms ? 1u : 0u));
@@ -653,7 +655,8 @@ TEST_CASE("a request paced at congestion control's minimum rate is not dropped a
   p.use_manual_clock();
   const uint32_t client_ep = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
   // When every packet of a 60-packet echo is lost until timeouts in a row
-  // have cut its session to the minimum rate (twice kMinRxBytesPerSec)
+  // have cut its session to the minimum rate (twice kMinRxBytesPerSec for
+  // each of its kSessionReqWindow slots)
   const size_t size = p.client->max_data_per_pkt() * 60;
   Call call(*p.client, size);
   FakeNetwork::instance().set_filter([client_ep](const FakePacket& pkt) {
@@ -662,7 +665,8 @@ TEST_CASE("a request paced at congestion control's minimum rate is not dropped a
   REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
   for (int i = 0; i < 1000 && p.client->stats().retransmissions < 8; i++) p.advance(5ms);
   REQUIRE(p.client->stats().retransmissions >= 8);
-  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps * 1'000'000 / 8 <= 2 * kMinRxBytesPerSec);
+  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps * 1'000'000 / 8 <=
+        2 * kSessionReqWindow * kMinRxBytesPerSec);
   FakeNetwork::instance().set_filter(nullptr);
   // Expect it sent paced (its 60 packets take longer than the silence
   // timeout), received whole and answered
@@ -746,4 +750,57 @@ TEST_CASE(
   CHECK(s->withheld_credits == 0);
   CHECK(s->credits == 32);
   call.release(*p.client);
+}
+
+TEST_CASE("a multi-packet request whose handler never responds still times out") {
+  // Regression (review of the restart from packet 0): the request's answers,
+  // accepted again after each restart, counted as progress, so a handler
+  // that never responds kept its request alive for ever and had it resent
+  // whole every partial_request_timeout_ms. Given a 50 ms partial timeout
+  // and a 500 ms request timeout, on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256},
+         RpcConfig{.mtu_bytes = 256, .request_timeout_ms = 500, .partial_request_timeout_ms = 50});
+  p.use_manual_clock();
+  // When a 10-packet request goes to a handler that never responds
+  Call call(*p.client, p.client->max_data_per_pkt() * 10);
+  REQUIRE(call.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return g_deferred != nullptr; }));
+  // Expect it restarted at most once per 50 ms, and failed by its timeout
+  for (int i = 0; i < 200 && call.runs == 0; i++) p.advance(5ms);
+  REQUIRE(call.runs == 1);
+  CHECK(call.errc == Errc::kTimedOut);
+  CHECK(p.client->stats().requests_restarted >= 1);
+  CHECK(p.client->stats().requests_restarted <= 500 / 50);
+  call.release(*p.client);
+}
+
+TEST_CASE("with congestion control, a handler slower than the RTO does not pin the rate down") {
+  // Review finding: every request to a handler slower than the RTO timed
+  // out, each timeout halved the rate, and Karn's rule kept every sample
+  // away, so the session sat at its minimum rate with its initial window
+  // for ever. Given a client with congestion control and a 5 ms RTO floor,
+  // on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256, .rto_us = 5000});
+  p.use_manual_clock();
+  // When ten requests each get their answer 12 ms late (after an RTO and
+  // a resend, which the server answers again from its cache)
+  for (int r = 0; r < 10; r++) {
+    g_deferred = nullptr;
+    Call call(*p.client, 32);
+    REQUIRE(call.enqueue(*p.client, p.sn, kDeferForever) == Errc::kOk);
+    REQUIRE(p.pump_until([&] { return g_deferred != nullptr; }));
+    p.advance(12ms);
+    MsgBuffer& pre = g_deferred->pre_resp_buffer();
+    pre.resize(4);
+    p.server->enqueue_response(*g_deferred, pre);
+    for (int i = 0; i < 20 && call.runs == 0; i++) p.advance(1ms);
+    REQUIRE(call.runs == 1);
+    REQUIRE(call.errc == Errc::kOk);
+    call.release(*p.client);
+  }
+  // Expect the timeouts counted, the rate not cut (one timeout per request
+  // is not a loss event), and the initial window over
+  CHECK(p.client->stats().retransmissions >= 10);
+  CHECK(p.client->session_stats(p.sn)->cc_rate_mbps == 10'000);
+  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->withheld_credits == 0);
 }

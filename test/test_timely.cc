@@ -108,16 +108,50 @@ TEST_CASE("Timely: a retransmission timeout halves the rate, down to the minimum
   // window lost a packet)
   REQUIRE(t.uncongested());
   // When a timeout fires, it is paced at half the rate
-  t.on_loss(10 * kUs);
+  t.on_loss(10 * kUs, 5 * kUs);
   CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta)));
   CHECK_FALSE(t.uncongested());
   // and timeouts in a row take it to the minimum, never below
-  for (int i = 0; i < 64; i++) t.on_loss(10 * kUs * (i + 2));
+  for (int i = 0; i < 64; i++) t.on_loss(10 * kUs * (i + 2), 5 * kUs);
   CHECK(t.rate_bytes_per_s() == p.min_bytes_per_s);
   // from where short round trips bring it back up
   const double low = t.rate_bytes_per_s();
   t.on_rtt_sample(10 * kUs * 80, 20 * kUs);
   CHECK(t.rate_bytes_per_s() > low);
+}
+
+TEST_CASE("Timely: timeouts within one RTO are one loss event, cut once") {
+  const TimelyParams p = params();
+  Timely t(p, 0);
+  // When eight slots time out in the same scan, and again 1 us later
+  for (int i = 0; i < 8; i++) t.on_loss(100 * kUs, 50 * kUs);
+  t.on_loss(101 * kUs, 50 * kUs);
+  // Expect one halving
+  CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta)));
+  // and a second one once an RTO has passed
+  t.on_loss(150 * kUs, 50 * kUs);
+  CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta) * (1 - p.loss_beta)));
+}
+
+TEST_CASE("Timely: a timeout proved spurious undoes its cut, unless a sample came between") {
+  const TimelyParams p = params();
+  // Given a session cut twice by timeouts (a handler slower than the RTO)
+  Timely t(p, 0);
+  t.on_loss(100 * kUs, 10 * kUs);
+  t.on_loss(200 * kUs, 10 * kUs);
+  REQUIRE(t.rate_bytes_per_s() < kLink / 2);
+  // When an answer comes to a packet already answered (the resend was not
+  // needed), expect the full rate back
+  t.on_spurious_timeout();
+  CHECK(t.rate_bytes_per_s() == kLink);
+  CHECK(t.uncongested());
+  // But a cut followed by an RTT sample is the sample's to judge
+  Timely u(p, 0);
+  u.on_loss(100 * kUs, 10 * kUs);
+  u.on_rtt_sample(300 * kUs, 5000 * kUs);  // long: cut further
+  const double after_sample = u.rate_bytes_per_s();
+  u.on_spurious_timeout();
+  CHECK(u.rate_bytes_per_s() == after_sample);
 }
 
 TEST_CASE("Timely: the time of a packet at the current rate") {

@@ -112,13 +112,15 @@ struct RpcConfig {
   // timeouts in a row (at most 64x, and never past 1 s unless this floor
   // is higher); SessionStats has srtt_us, rto_us.
   uint64_t rto_us = 5000;
-  // Upper bound on waiting: a request that receives nothing for this long
+  // Upper bound on waiting: a request that gets no further for this long
   // (server silent, its Rpc gone, or a handler that never responds) fails
   // with Errc::kTimedOut, and its session is reset (the others fail with
   // kSessionReset; SessionEvent::kReset, SmErr::kRequestTimeout). 0: never.
   uint32_t request_timeout_ms = 30000;
-  // Server: a request received in part, then silent this long, is dropped
-  // and its buffer freed (the client retransmits it whole if it is alive).
+  // Server: a request received in part, then silent this long (or slower
+  // than 16 KB/s overall), is dropped and its buffer freed. Client: a
+  // request acknowledged in part that hears nothing for this long is sent
+  // again from its first packet (RpcStats::requests_restarted).
   uint32_t partial_request_timeout_ms = 1000;
   // Server receive budget: bytes held for requests being received or
   // handled (multi-packet and bulk requests, and copies for background

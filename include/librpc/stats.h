@@ -40,7 +40,9 @@ struct SessionStats {
   uint64_t requests_completed = 0;
   // Client: smoothed round trip of the session's packets (to their credit
   // return or response, handler time included) and the RTO derived from
-  // it, in microseconds; 0 before the first sample.
+  // it, in microseconds; 0 before the first sample. Computed by
+  // Rpc::session_stats() when called: a kept pointer shows the values of
+  // the last call.
   uint64_t srtt_us = 0;
   uint64_t rto_us = 0;
   // Client, with RpcConfig::congestion_control: the session's sending

@@ -51,6 +51,7 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     stats_.drops.stale++;
     stats_.spurious_retransmissions++;
     slot.session->stats.spurious_retransmissions++;
+    if (wheel_ != nullptr) slot.session->timely.on_spurious_timeout();
     return false;
   }
   if (slot.bulk_read != kNoBulkRead) {
@@ -76,7 +77,10 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
   }
   slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
-  slot.rx_progress_ns = now_ns_;
+  if (slot.num_rx > slot.rx_high) {  // new ground (not again after a restart)
+    slot.rx_high = slot.num_rx;
+    slot.rx_progress_ns = now_ns_;
+  }
   return true;
 }
 

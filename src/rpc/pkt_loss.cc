@@ -64,9 +64,13 @@ void RpcImpl::rollback(ClientSlot& slot) {
   // congestion control on a jittery link: netns "delay-2ms-jitter-1ms").
   // A server that still has it answers the early packets again. Not on
   // timeouts in a row alone: under heavy loss that threw away progress.
+  // At most once per such wait, and never past request_timeout_ms: the
+  // answers accepted again are not progress (rx_high).
   if (slot.num_rx > 0 && slot.num_rx < slot.req_pkts &&
-      now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_) {
+      now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_ &&
+      now_ns_ - slot.restart_ns >= partial_request_timeout_ns_) {
     slot.num_rx = 0;
+    slot.restart_ns = now_ns_;
     stats_.requests_restarted++;
   }
   slot.num_tx = slot.num_rx;
@@ -75,7 +79,19 @@ void RpcImpl::rollback(ClientSlot& slot) {
   if (slot.rto_backoff < kMaxRtoBackoff) slot.rto_backoff++;
   session.stats.retransmissions++;
   stats_.retransmissions++;
-  if (wheel_ != nullptr) session.timely.on_loss(now_ns_);  // congestion control
+  if (wheel_ != nullptr) {  // congestion control
+    // The second timeout in a row of a slot cuts the rate, once per RTO
+    // however many slots time out (one loss event, one cut). Not the
+    // first: a handler slower than the RTO, or a descheduled peer, times
+    // out once with nothing lost, and Karn's rule keeps the late answer
+    // from being a sample that would raise the rate again.
+    if (slot.rto_backoff >= 2) session.timely.on_loss(now_ns_, session.rtt.rto_ns());
+    // A timeout is feedback too: the initial window ends (a session whose
+    // every answer comes after its RTO, as from a handler slower than it,
+    // takes no RTT sample at all: Karn's rule).
+    session.credits += session.withheld_credits;
+    session.withheld_credits = 0;
+  }
   client_try_send(slot);
 }
 

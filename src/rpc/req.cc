@@ -68,6 +68,8 @@ void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
   slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
+  slot.rx_high = 0;
+  slot.restart_ns = 0;
   client_try_send(slot);
 }
 

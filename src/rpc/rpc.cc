@@ -102,9 +102,11 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
     // overrun by sessions that cannot slow down further.
     const double link = config.cc_link_gbps * 1e9 / 8;
     timely_params_.link_bytes_per_s = link;
-    // Twice the server's trickle floor at least, so that a paced request
-    // is never dropped as a trickle (kMinRxBytesPerSec).
-    timely_params_.min_bytes_per_s = std::max(link * 0.003, 2.0 * kMinRxBytesPerSec);
+    // Twice the server's trickle floor for each request a session may have
+    // in flight, so that a paced request is not dropped as a trickle
+    // (kMinRxBytesPerSec).
+    timely_params_.min_bytes_per_s =
+        std::max(link * 0.003, 2.0 * kSessionReqWindow * kMinRxBytesPerSec);
     timely_params_.add_bytes_per_s = link * 0.001;
     // Thresholds above each session's base RTT (TimelyParams::relative_to_base).
     timely_params_.relative_to_base = true;

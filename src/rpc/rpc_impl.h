@@ -91,8 +91,9 @@ inline constexpr size_t kMaxQueuedSmRequests = 1024;
 // 32 clients of an incast through a 200 Mbit/s link gets 0.8 MB/s, and an
 // earlier floor of 10 MB/s made the server drop every such client's 1 MiB
 // request (bench/incast.sh). Congestion control never paces a session
-// below twice this (rpc.cc).
-inline constexpr uint64_t kMinRxBytesPerSec = 100'000;
+// below twice this for each of its kSessionReqWindow requests (rpc.cc).
+// What bounds a trickling peer is the receive budget; this bounds how long.
+inline constexpr uint64_t kMinRxBytesPerSec = 16'000;
 // Ended server sessions remembered so that their connect cannot be replayed.
 inline constexpr size_t kMaxTombstones = 4096;
 // Credits of a session admitted when the RX ring has no room left (four

@@ -122,7 +122,13 @@ struct ClientSlot {
   // Timeouts in a row with nothing answered in between: each doubles the
   // slot's next RTO; any accepted answer resets it.
   uint8_t rto_backoff = 0;
-  uint64_t rx_progress_ns = 0;       // start, or last accepted receive: for request_timeout_ms
+  // Start, or the last accepted answer that got further than any before:
+  // for request_timeout_ms (answers accepted again after a restart from
+  // packet 0 are not progress, or a handler that never responds would
+  // keep its request alive by being resent).
+  uint64_t rx_progress_ns = 0;
+  size_t rx_high = 0;                // the most answers accepted (num_rx before a restart)
+  uint64_t restart_ns = 0;           // the last restart from packet 0 (rpc/pkt_loss.cc)
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
   uint32_t bulk_read = kNoBulkRead;  // the response's read in flight
