@@ -133,27 +133,6 @@ TEST_CASE("Timely: timeouts within one RTO are one loss event, cut once") {
   CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta) * (1 - p.loss_beta)));
 }
 
-TEST_CASE("Timely: a timeout proved spurious undoes its cut, unless a sample came between") {
-  const TimelyParams p = params();
-  // Given a session cut twice by timeouts (a handler slower than the RTO)
-  Timely t(p, 0);
-  t.on_loss(100 * kUs, 10 * kUs);
-  t.on_loss(200 * kUs, 10 * kUs);
-  REQUIRE(t.rate_bytes_per_s() < kLink / 2);
-  // When an answer comes to a packet already answered (the resend was not
-  // needed), expect the full rate back
-  t.on_spurious_timeout();
-  CHECK(t.rate_bytes_per_s() == kLink);
-  CHECK(t.uncongested());
-  // But a cut followed by an RTT sample is the sample's to judge
-  Timely u(p, 0);
-  u.on_loss(100 * kUs, 10 * kUs);
-  u.on_rtt_sample(300 * kUs, 5000 * kUs);  // long: cut further
-  const double after_sample = u.rate_bytes_per_s();
-  u.on_spurious_timeout();
-  CHECK(u.rate_bytes_per_s() == after_sample);
-}
-
 TEST_CASE("Timely: the time of a packet at the current rate") {
   const TimelyParams p = params();
   Timely t(p, 0);

@@ -6,7 +6,6 @@ namespace rpc::detail {
 
 void Timely::update(uint64_t now_ns, uint64_t rtt_ns) {
   const TimelyParams& p = *params_;
-  rate_before_cut_ = 0;  // an RTT sample governs from here: no undo of older cuts
   // A sample shorter than the minimum is a measurement artefact (a late
   // answer to a resent packet): it would swing the gradient.
   if (rtt_ns < p.min_rtt_ns) return;

@@ -71,19 +71,9 @@ class Timely {
   // several slots in one scan are one loss event.
   void on_loss(uint64_t now_ns, uint64_t min_gap_ns) {
     if (cut_ns_ != 0 && now_ns - cut_ns_ < min_gap_ns) return;
-    if (rate_before_cut_ == 0) rate_before_cut_ = rate_;
     set_rate(std::max(rate_ * (1 - params_->loss_beta), params_->min_bytes_per_s));
     last_update_ns_ = now_ns;
     cut_ns_ = now_ns;
-  }
-  // An answer to a packet that was already answered: the timeout that
-  // resent it was spurious (a slow handler or a descheduled peer, not a
-  // loss), so the cuts since the last RTT sample are undone, as TCP's
-  // Eifel and F-RTO undo theirs.
-  void on_spurious_timeout() {
-    if (rate_before_cut_ == 0) return;
-    set_rate(std::max(rate_, rate_before_cut_));
-    rate_before_cut_ = 0;
   }
   // True at the full rate: the session's packets need no pacing.
   bool uncongested() const { return uncongested_; }
@@ -126,10 +116,9 @@ class Timely {
   size_t neg_gradients_ = 0;
   uint64_t last_update_ns_ = 0;
   uint64_t base_rtt_ns_ = UINT64_MAX;
-  double rate_before_cut_ = 0;  // before the loss cuts since the last sample; 0: none
-  uint64_t cut_ns_ = 0;         // the last loss cut
-  bool uncongested_ = true;     // rate_ at the link rate (set_rate)
-  uint64_t t_low_abs_ns_ = 0;   // t_low(), kept current by new_base()
+  uint64_t cut_ns_ = 0;        // the last loss cut
+  bool uncongested_ = true;    // rate_ at the link rate (set_rate)
+  uint64_t t_low_abs_ns_ = 0;  // t_low(), kept current by new_base()
 };
 
 }  // namespace rpc::detail

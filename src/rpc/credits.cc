@@ -51,7 +51,6 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     stats_.drops.stale++;
     stats_.spurious_retransmissions++;
     slot.session->stats.spurious_retransmissions++;
-    if (wheel_ != nullptr) slot.session->timely.on_spurious_timeout();
     return false;
   }
   if (slot.bulk_read != kNoBulkRead) {

@@ -80,12 +80,12 @@ void RpcImpl::rollback(ClientSlot& slot) {
   session.stats.retransmissions++;
   stats_.retransmissions++;
   if (wheel_ != nullptr) {  // congestion control
-    // The second timeout in a row of a slot cuts the rate, once per RTO
-    // however many slots time out (one loss event, one cut). Not the
-    // first: a handler slower than the RTO, or a descheduled peer, times
-    // out once with nothing lost, and Karn's rule keeps the late answer
-    // from being a sample that would raise the rate again.
-    if (slot.rto_backoff >= 2) session.timely.on_loss(now_ns_, session.rtt.rto_ns());
+    // A timeout halves the rate, once per RTO however many slots time
+    // out (one loss event, one cut). Also the first one of a slot, though
+    // a handler slower than the RTO times out with nothing lost: waiting
+    // for a second (tried) let an 8-client incast's probes wait 2.5 times
+    // longer at the bottleneck and retransmit 3 times more.
+    session.timely.on_loss(now_ns_, session.rtt.rto_ns());
     // A timeout is feedback too: the initial window ends (a session whose
     // every answer comes after its RTO, as from a handler slower than it,
     // takes no RTT sample at all: Karn's rule).
