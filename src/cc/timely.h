@@ -54,8 +54,9 @@ class Timely {
         last_update_ns_(now_ns),
         t_low_abs_ns_(params.t_low_ns) {}
 
-  // One RTT sample, taken at now_ns. The bypass reads two members and no
-  // parameter: it runs for every sample of every uncongested session.
+  // One RTT sample, taken at now_ns. The bypass reads three members of the
+  // session and no parameter: it runs for every sample of every
+  // uncongested session.
   void on_rtt_sample(uint64_t now_ns, uint64_t rtt_ns) {
     if (rtt_ns < base_rtt_ns_) [[unlikely]]
       new_base(rtt_ns);

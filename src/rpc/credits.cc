@@ -69,8 +69,7 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     session.rtt.add_sample(sample_ns);
     if (wheel_ != nullptr) {
       session.timely.on_rtt_sample(now_ns_, sample_ns);
-      session.credits += session.withheld_credits;  // the initial window ends
-      session.withheld_credits = 0;
+      end_initial_window(session);
     }
     slot.rtt_sample_index = kNoSample;  // (srtt_us, rto_us: computed in session_stats())
   }

@@ -62,10 +62,9 @@ void RpcImpl::rollback(ClientSlot& slot) {
   // packet, the only one such a server takes for it. Resent from the
   // middle, it was dropped until request_timeout_ms failed it (seen with
   // congestion control on a jittery link: netns "delay-2ms-jitter-1ms").
-  // A server that still has it answers the early packets again. Not on
-  // timeouts in a row alone: under heavy loss that threw away progress.
-  // At most once per such wait, and never past request_timeout_ms: the
-  // answers accepted again are not progress (rx_high).
+  // A server that still has it answers the early packets again. At most
+  // once per such wait; the answers accepted again are not progress
+  // (rx_high), so request_timeout_ms still bounds the request.
   if (slot.num_rx > 0 && slot.num_rx < slot.req_pkts &&
       now_ns_ - slot.rx_progress_ns >= partial_request_timeout_ns_ &&
       now_ns_ - slot.restart_ns >= partial_request_timeout_ns_) {
@@ -86,11 +85,10 @@ void RpcImpl::rollback(ClientSlot& slot) {
     // for a second (tried) let an 8-client incast's probes wait 2.5 times
     // longer at the bottleneck and retransmit 3 times more.
     session.timely.on_loss(now_ns_, session.rtt.rto_ns());
-    // A timeout is feedback too: the initial window ends (a session whose
-    // every answer comes after its RTO, as from a handler slower than it,
-    // takes no RTT sample at all: Karn's rule).
-    session.credits += session.withheld_credits;
-    session.withheld_credits = 0;
+    // A timeout is feedback too (a session whose every answer comes after
+    // its RTO, as from a handler slower than it, takes no RTT sample at
+    // all: Karn's rule).
+    end_initial_window(session);
   }
   client_try_send(slot);
 }

@@ -231,6 +231,12 @@ class RpcImpl final : public RpcEndpoint {
   // cc.cc: pacing of sessions below the full rate. pace() is true when
   // the slot's next packet may leave now; false when it waits in the wheel.
   bool pace(ClientSlot& slot);
+  // The session's initial window ends (its first RTT sample or timeout):
+  // the credits held back at connect (kCcInitialWindow) are given back.
+  static void end_initial_window(Session& session) {
+    session.credits += session.withheld_credits;
+    session.withheld_credits = 0;
+  }
   void poll_wheel();
   // pkt_loss.cc
   void scan_for_loss();
