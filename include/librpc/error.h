@@ -27,7 +27,9 @@ enum class Errc : uint8_t {
   kNoHandler,             // the server has no handler for this request type
   kInvalidArgument,       // e.g. an unallocated MsgBuffer
   kHandlerFailed,         // the server's handler threw; no response was produced
-  kTimedOut,              // no progress for RpcConfig::request_timeout_ms; the session was reset
+  kTimedOut,              // past RequestOptions::timeout (the session lives on), or no progress for
+                          // RpcConfig::request_timeout_ms (the session was reset)
+  kCancelled,             // Rpc::cancel() was called for the request
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);

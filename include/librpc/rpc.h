@@ -85,12 +85,35 @@ class RPC_EXPORT Rpc {
   // --- Datapath ---
 
   // Sends req (req.size() bytes) to the handler for req_type on the
-  // session's server. The Rpc owns req and resp until the continuation
-  // runs; the response is written into resp (resized to the response size).
-  // Returns kOk when queued (the continuation will run exactly once), or an
-  // error and does nothing (the continuation will not run).
+  // session's server. The Rpc keeps req and resp by address, and owns
+  // their memory, until the continuation runs: the MsgBuffer objects must
+  // stay where they are (not moved, not freed) until then. The response is
+  // written into resp (resized to the response size). Returns kOk when
+  // queued (the continuation will run exactly once), or an error and does
+  // nothing (the continuation will not run, and is destroyed).
+  // Takes a continuation as a function pointer and tag (eRPC's form)...
   Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                        Continuation cont, void* tag) noexcept;
+  // ... or as any callable (Completion::tag is then nullptr), with
+  // per-request options. *id_out (if given) names the request for
+  // cancel().
+  Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                       ContinuationFn cont, const RequestOptions& options = {},
+                       RequestId* id_out = nullptr) noexcept;
+  // Ends a request that has not completed: its continuation runs with
+  // Errc::kCancelled, inside this call, unless a one-sided read is still
+  // writing its response buffer (then as soon as the read is done, from
+  // the event loop: the buffers go back only when no transfer touches
+  // them). Returns false, doing nothing, when no outstanding request has
+  // this id (it completed already, or never existed).
+  //
+  // The session stays up. A server that already has the request still
+  // runs its handler (at most once, as always) and its answer is dropped;
+  // the session's next request in that slot waits until that handler has
+  // responded. A request sent by one-sided read (a large request on verbs
+  // or fabric) is withdrawn: the server's read of it fails, and the
+  // server drops it.
+  bool cancel(RequestId id) noexcept;
   // Sends the response for a request. resp is either the handle's
   // pre_resp_buffer() or a buffer from alloc_msg_buffer(), which the Rpc
   // then owns and frees. Callable from the handler, later (deferred), from

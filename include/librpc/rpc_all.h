@@ -1,6 +1,7 @@
 // Convenience header: the whole public API of librpc.
 #pragma once
 
+#include "librpc/callback.h"
 #include "librpc/config.h"
 #include "librpc/error.h"
 #include "librpc/msg_buffer.h"

@@ -1,10 +1,12 @@
 // Basic identifiers and enums shared by the whole public API.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "librpc/callback.h"
 #include "librpc/export.h"
 
 namespace rpc {
@@ -65,16 +67,42 @@ struct Completion {
   Errc errc;         // kOk, or why the request failed
   MsgBuffer* resp;   // the response buffer given to enqueue_request
   size_t resp_size;  // bytes of response (resp->size() too); 0 on error
-  void* tag;         // the tag given to enqueue_request
+  void* tag;         // the tag given to enqueue_request (nullptr for a Callback)
 };
 
-// Runs on the Rpc's thread, exactly once per accepted request: when the
-// response arrives, the request fails, its session ends, or the Rpc is
-// destroyed (then from ~Rpc). It may enqueue requests, destroy sessions and
-// free buffers, but must not run the event loop (not re-entrant: aborts).
-// It should not throw; if it does, the Rpc catches the exception, logs it,
+// A continuation runs on the Rpc's thread, exactly once per accepted
+// request: when the response arrives, the request fails, times out, is
+// cancelled, its session ends, or the Rpc is destroyed (then from ~Rpc).
+// It may enqueue requests, cancel them, destroy sessions and free
+// buffers, but must not run the event loop (not re-entrant: aborts). It
+// should not throw; if it does, the Rpc catches the exception, logs it,
 // counts it in RpcStats::continuation_exceptions and carries on (the
 // request is complete either way).
+//
+// Two forms: a function pointer with a void* tag (eRPC's), or any callable
+// (a lambda with captures), held in a Callback until it runs and then
+// destroyed. A callable of up to three pointers' size is stored without
+// allocating (Callback::kStoredInline); what it captures must stay valid
+// until it runs.
 using Continuation = void (*)(Rpc& rpc, const Completion& completion);
+using ContinuationFn = Callback<void(Rpc& rpc, const Completion& completion)>;
+
+// Names one request of an Rpc, for Rpc::cancel(). Never reused within the
+// Rpc's life (a 48-bit count per Rpc); the default value names no request.
+struct RequestId {
+  uint64_t value = 0;
+  friend bool operator==(RequestId, RequestId) = default;
+};
+
+// Per-request settings (Rpc::enqueue_request).
+struct RequestOptions {
+  // The request fails with Errc::kTimedOut when it has not completed this
+  // long after it was enqueued (0: no deadline of its own; the request is
+  // then bounded only by RpcConfig::request_timeout_ms, which resets the
+  // session). Checked every half RTO, so it fires up to about rto_us / 2
+  // late. Unlike request_timeout_ms, the session stays up: see
+  // Rpc::cancel() for what happens to a request that ends early.
+  std::chrono::microseconds timeout{0};
+};
 
 }  // namespace rpc

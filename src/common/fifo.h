@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace rpc::detail {
@@ -15,9 +16,35 @@ class Fifo {
  public:
   bool empty() const { return head_ == items_.size(); }
   size_t size() const { return items_.size() - head_; }
-  void push_back(const T& item) { items_.push_back(item); }
+  void push_back(T&& item) { items_.push_back(std::move(item)); }
   // REQUIRES: !empty().
   const T& front() const { return items_[head_]; }
+  T& front() { return items_[head_]; }
+  // REQUIRES: !empty(). Removes the first item and returns it.
+  T take_front() {
+    T item = std::move(items_[head_]);
+    pop_front();
+    return item;
+  }
+  // Removes the items `pred` holds for, in order, appending them to `out`.
+  // O(size); for rare events (a cancel, an expired deadline).
+  template <typename Pred, typename Out>
+  void take_if(Pred pred, Out& out) {
+    auto keep = items_.begin() + static_cast<std::ptrdiff_t>(head_);
+    for (auto it = keep; it != items_.end(); ++it) {
+      if (pred(*it)) {
+        out.push_back(std::move(*it));
+      } else {
+        if (it != keep) *keep = std::move(*it);
+        ++keep;
+      }
+    }
+    items_.erase(keep, items_.end());
+    if (head_ == items_.size()) {
+      items_.clear();
+      head_ = 0;
+    }
+  }
   void pop_front() {
     head_++;
     if (head_ == items_.size()) {

@@ -31,7 +31,10 @@ std::string_view to_string(Errc errc) {
     case Errc::kHandlerFailed:
       return "the server's handler failed (threw an exception)";
     case Errc::kTimedOut:
-      return "the request made no progress within request_timeout_ms";
+      return "the request timed out (its deadline passed, or no progress within "
+             "request_timeout_ms)";
+    case Errc::kCancelled:
+      return "the request was cancelled";
   }
   return "unknown error";
 }

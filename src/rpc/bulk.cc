@@ -111,13 +111,13 @@ void RpcImpl::orphan_server_read(ServerSlot& slot) {
 // A request failed while its response was being read into the
 // application's buffer: the continuation waits for the read to finish, so
 // the buffer is never written after the application has it back.
-void RpcImpl::orphan_client_read(ClientSlot& slot, Continuation cont,
+void RpcImpl::orphan_client_read(ClientSlot& slot, ContinuationFn&& cont,
                                  const Completion& completion) {
   BulkRead& r = bulk_reads_[slot.bulk_read];
   slot.bulk_read = kNoBulkRead;
   r.orphaned = true;
   stats_.bulk_reads_orphaned++;
-  r.cont = cont;
+  r.cont = std::move(cont);
   r.completion = completion;
 }
 
@@ -130,7 +130,7 @@ void RpcImpl::finish_orphan(uint32_t index) {
     free_msg_buffer(buf);
     return;
   }
-  const Continuation cont = r.cont;
+  ContinuationFn cont = std::move(r.cont);
   const Completion completion = r.completion;
   free_bulk_read(index);
   if (completion.resp != nullptr) completion.resp->resize(0);

@@ -15,7 +15,11 @@ void RpcImpl::scan_for_loss() {
   // By index: a timed-out request's continuation may create sessions.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
     Session* s = sessions_[sn].get();
-    if (s == nullptr || !s->is_connected()) continue;
+    if (s == nullptr) continue;
+    if (s->state == SessionState::kConnecting && s->backlog_deadlines != 0) {
+      expire_backlog_deadlines(*s);  // requests queued on a session still connecting
+    }
+    if (!s->is_connected()) continue;
     if (s->is_client()) {
       scan_client_session(*s);
     } else {
@@ -28,6 +32,12 @@ void RpcImpl::scan_for_loss() {
 bool RpcImpl::scan_client_session(Session& session) {
   for (ClientSlot& slot : session.cslots) {
     if (!slot.active) continue;
+    if (slot.deadline_ns != 0 && now_ns_ >= slot.deadline_ns) [[unlikely]] {
+      stats_.requests_past_deadline++;
+      end_request_early(slot, Errc::kTimedOut);  // the next request may take the slot now
+      if (!session.is_connected()) return true;  // its continuation destroyed the session
+      continue;
+    }
     if (request_timeout_ns_ != 0 && now_ns_ - slot.rx_progress_ns >= request_timeout_ns_) {
       time_out_request(slot);
       return false;
@@ -38,6 +48,7 @@ bool RpcImpl::scan_client_session(Session& session) {
       rollback(slot);
     }
   }
+  if (session.backlog_deadlines != 0) expire_backlog_deadlines(session);
   return true;
 }
 

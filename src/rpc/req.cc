@@ -12,7 +12,8 @@ namespace rpc::detail {
 // ---------------------------------------------------------------- client
 
 Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
-                              Continuation cont, void* tag) noexcept {
+                              ContinuationFn&& cont, void* tag, std::chrono::microseconds timeout,
+                              RequestId* id_out) noexcept {
   RPC_CHECK_OWNER("enqueue_request");
   Session* const found = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   if (destroying_ || found == nullptr) return Errc::kInvalidSession;
@@ -22,7 +23,9 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
       (!session.is_connected() && session.state != SessionState::kConnecting)) {
     return Errc::kInvalidSession;
   }
-  if (!req.valid() || !resp.valid() || cont == nullptr) return Errc::kInvalidArgument;
+  if (!req.valid() || !resp.valid() || !cont || timeout.count() < 0) {
+    return Errc::kInvalidArgument;
+  }
   if (req.size() > max_msg_size_) return Errc::kMsgTooLarge;
 
   // Outside the event loop the app may have been away for longer than an
@@ -32,28 +35,37 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
   // next one skip its loss scan (loop_was_away), as eRPC reuses its loop's
   // timestamp too.
   if (!in_event_loop_) now_ns_ = read_clock();
-  const BacklogEntry entry{req_type, &req, &resp, cont, tag};
+  const uint64_t id = uint64_t{sn} << 48 | next_request_seq_;
+  next_request_seq_ = (next_request_seq_ + 1) & ((uint64_t{1} << 48) - 1);
+  if (next_request_seq_ == 0) next_request_seq_ = 1;
+  if (id_out != nullptr) *id_out = RequestId{id};
+  const uint64_t deadline_ns =
+      timeout.count() == 0 ? 0 : now_ns_ + static_cast<uint64_t>(timeout.count()) * 1000;
+  BacklogEntry entry{req_type, &req, &resp, std::move(cont), tag, id, deadline_ns};
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {
       if (!slot.active) {
-        start_request(slot, entry);
+        start_request(slot, std::move(entry));
         return Errc::kOk;
       }
     }
   }
-  // Window full, or not yet connected: wait in order. Allocates (a deque
+  // Window full, or not yet connected: wait in order. Allocates (a vector
   // block) only now and then.
-  session.backlog.push_back(entry);
+  if (deadline_ns != 0) session.backlog_deadlines++;
+  session.backlog.push_back(std::move(entry));
   return Errc::kOk;
 }
 
-void RpcImpl::start_request(ClientSlot& slot, const BacklogEntry& entry) {
+void RpcImpl::start_request(ClientSlot& slot, BacklogEntry&& entry) {
   slot.active = true;
   slot.req_type = entry.req_type;
   slot.req = entry.req;
   slot.resp = entry.resp;
-  slot.cont = entry.cont;
+  slot.cont = std::move(entry.cont);
   slot.tag = entry.tag;
+  slot.request_id = entry.request_id;
+  slot.deadline_ns = entry.deadline_ns;
   slot.req_num = slot.next_req_num;
   slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
   slot.bulk_req = use_bulk(entry.req->size()) &&
@@ -158,12 +170,14 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
   }
   if (!slot.has_req || ahead > 0) {
     // A client starts request R + kSessionReqWindow of a slot only after R
-    // completed, so a new request carries exactly the next number. One
-    // further ahead is forged or corrupt: taking it would make every real
-    // request of the slot look stale from then on.
+    // completed, so a new request carries the next number, or a later one
+    // when the client gave requests up (cancel, deadline) that never
+    // reached us. Far further ahead is forged or corrupt: taking it would
+    // make every real request of the slot look stale from then on.
     const uint64_t expected =
         slot.has_req ? (slot.req_num + kSessionReqWindow) & kReqNumMask : slot.req_num;
-    if (req_num != expected) {
+    const int64_t skipped = req_num_diff(req_num, expected);
+    if (skipped < 0 || static_cast<uint64_t>(skipped) > kMaxReqsGivenUp * kSessionReqWindow) {
       stats_.drops.out_of_order++;
       return;
     }

@@ -149,17 +149,16 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
   if (slot.req_exposure.active()) transport_->revoke_exposure(slot.req_exposure);
   if (errc != Errc::kOk && slot.bulk_read == kNoBulkRead) slot.resp->resize(0);
   const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag};
-  const Continuation cont = slot.cont;
+  // Out of the slot before the next request takes it.
+  ContinuationFn cont = std::move(slot.cont);
   session.stats.requests_completed++;
   stats_.requests_completed++;
   // A read still filling the response buffer: the continuation runs when
   // it is done (finish_orphan), never before.
   const bool deferred = slot.bulk_read != kNoBulkRead;
-  if (deferred) orphan_client_read(slot, cont, completion);
+  if (deferred) orphan_client_read(slot, std::move(cont), completion);
   if (!session.backlog.empty() && session.is_connected()) {
-    const BacklogEntry next = session.backlog.front();
-    session.backlog.pop_front();
-    start_request(slot, next);
+    start_request(slot, take_backlog_front(session));
   }
   if (!deferred) run_continuation(cont, completion);
 }

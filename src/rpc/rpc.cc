@@ -30,8 +30,16 @@ MsgBuffer Rpc::alloc_msg_buffer(size_t max_size) noexcept {
 void Rpc::free_msg_buffer(MsgBuffer& buf) noexcept { impl_->free_msg_buffer(buf); }
 Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                           Continuation cont, void* tag) noexcept {
-  return impl_->enqueue_request(sn, req_type, req, resp, cont, tag);
+  return impl_->enqueue_request(sn, req_type, req, resp, ContinuationFn(cont), tag,
+                                std::chrono::microseconds(0), nullptr);
 }
+Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                          ContinuationFn cont, const RequestOptions& options,
+                          RequestId* id_out) noexcept {
+  return impl_->enqueue_request(sn, req_type, req, resp, std::move(cont), nullptr, options.timeout,
+                                id_out);
+}
+bool Rpc::cancel(RequestId id) noexcept { return impl_->cancel(id); }
 void Rpc::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   impl_->enqueue_response(handle, resp);
 }

@@ -122,7 +122,9 @@ class RpcImpl final : public RpcEndpoint {
   MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
   void free_msg_buffer(MsgBuffer& buf) noexcept;
   Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
-                       Continuation cont, void* tag) noexcept;
+                       ContinuationFn&& cont, void* tag, std::chrono::microseconds timeout,
+                       RequestId* id_out) noexcept;
+  bool cancel(RequestId id) noexcept;
   void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
   void run_event_loop(std::chrono::microseconds duration) noexcept;
   void run_event_loop_once() noexcept;
@@ -179,7 +181,12 @@ class RpcImpl final : public RpcEndpoint {
   void tx_flush();
   bool inject_drop();
   // req.cc (client)
-  void start_request(ClientSlot& slot, const BacklogEntry& entry);
+  void start_request(ClientSlot& slot, BacklogEntry&& entry);
+  // REQUIRES: !session.backlog.empty().
+  BacklogEntry take_backlog_front(Session& session) {
+    if (session.backlog.front().deadline_ns != 0) session.backlog_deadlines--;
+    return session.backlog.take_front();
+  }
   void client_try_send(ClientSlot& slot);
   void send_req_pkt(ClientSlot& slot, size_t pkt_num);
   void send_rfr(ClientSlot& slot, size_t resp_pkt_num);
@@ -223,7 +230,7 @@ class RpcImpl final : public RpcEndpoint {
                           MsgBuffer& dst);
   void free_bulk_read(uint32_t index);
   void orphan_server_read(ServerSlot& slot);
-  void orphan_client_read(ClientSlot& slot, Continuation cont, const Completion& completion);
+  void orphan_client_read(ClientSlot& slot, ContinuationFn&& cont, const Completion& completion);
   void finish_orphan(uint32_t index);
   void poll_bulk();
   void reset_failed_bulk_path(uint64_t path);
@@ -285,7 +292,10 @@ class RpcImpl final : public RpcEndpoint {
   void disconnect_client_session(Session& session);
   void end_server_session(Session& session);
   void notify(SessionNum sn, SessionEvent event, SmErr err);
-  void run_continuation(Continuation cont, const Completion& completion) noexcept;
+  void run_continuation(ContinuationFn& cont, const Completion& completion) noexcept;
+  void end_request_early(ClientSlot& slot, Errc errc);
+  void fail_backlog_entries(Session& session, std::vector<BacklogEntry>& entries, Errc errc);
+  void expire_backlog_deadlines(Session& session);
   // bg.cc
   void submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry);
   void poll_bg_responses();
@@ -313,6 +323,7 @@ class RpcImpl final : public RpcEndpoint {
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;
+  uint64_t next_request_seq_ = 1;  // RequestId: (session << 48) | seq (48 bits, never 0)
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;  // the loop is not re-entrant
@@ -373,7 +384,7 @@ class RpcImpl final : public RpcEndpoint {
     MsgBuffer buf;
     size_t budget_bytes = 0;
     // An orphaned client read: the continuation it holds back.
-    Continuation cont = nullptr;
+    ContinuationFn cont;
     Completion completion{};
   };
   std::vector<BulkRead> bulk_reads_;

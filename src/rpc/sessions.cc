@@ -152,7 +152,7 @@ void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
 // The one place continuations run. The request's state is final before
 // this is called, so whatever the continuation does (enqueue, destroy the
 // session, throw) cannot make it run again.
-void RpcImpl::run_continuation(Continuation cont, const Completion& completion) noexcept {
+void RpcImpl::run_continuation(ContinuationFn& cont, const Completion& completion) noexcept {
   try {
     cont(owner_, completion);
   } catch (const std::exception& e) {
@@ -177,8 +177,7 @@ void RpcImpl::fail_client_requests(Session& session, Errc errc) {
     if (slot.active) client_complete(slot, errc, 0);
   }
   while (!session.backlog.empty()) {
-    const BacklogEntry e = session.backlog.front();
-    session.backlog.pop_front();
+    BacklogEntry e = take_backlog_front(session);
     e.resp->resize(0);
     session.stats.requests_completed++;
     stats_.requests_completed++;

@@ -208,9 +208,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   for (ClientSlot& slot : s.cslots) {
     if (s.backlog.empty()) break;
     if (slot.active) continue;
-    const BacklogEntry e = s.backlog.front();
-    s.backlog.pop_front();
-    start_request(slot, e);
+    start_request(slot, take_backlog_front(s));
   }
   notify(sn, SessionEvent::kConnected, SmErr::kNone);
 }

@@ -31,6 +31,11 @@ inline constexpr size_t kSessionReqWindow = 8;
 // both ends): at most what the SM message's u16 field carries.
 inline constexpr size_t kMaxSessionCredits = 65535;
 static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
+// A server takes a new request up to this many request numbers of its slot
+// beyond the next one: requests the client gave up (Rpc::cancel, a
+// deadline) before any of their packets arrived. A slot of a client that
+// gave up more in a row than this is stuck until request_timeout_ms.
+inline constexpr uint64_t kMaxReqsGivenUp = uint64_t{1} << 20;
 // ClientSlot::rtt_sample_index when no packet is being timed.
 inline constexpr size_t kNoSample = SIZE_MAX;
 // Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.
@@ -103,8 +108,10 @@ struct ClientSlot {
   uint64_t next_req_num = 0;  // for the next request in this slot
   MsgBuffer* req = nullptr;
   MsgBuffer* resp = nullptr;
-  Continuation cont = nullptr;
+  ContinuationFn cont;
   void* tag = nullptr;
+  uint64_t request_id = 0;   // RequestId::value
+  uint64_t deadline_ns = 0;  // RequestOptions::timeout as a clock time; 0: none
   // eRPC's packet accounting: tx index k and rx index k pair up. Request
   // packet k (k < req_pkts - 1) is answered by a credit return, the last
   // request packet by response packet 0, and RFR k by response packet
@@ -209,11 +216,13 @@ class SlotBlock {
 };
 
 struct BacklogEntry {
-  ReqType req_type;
-  MsgBuffer* req;
-  MsgBuffer* resp;
-  Continuation cont;
-  void* tag;
+  ReqType req_type = 0;
+  MsgBuffer* req = nullptr;
+  MsgBuffer* resp = nullptr;
+  ContinuationFn cont;
+  void* tag = nullptr;
+  uint64_t request_id = 0;
+  uint64_t deadline_ns = 0;
 };
 
 struct Session {
@@ -247,6 +256,7 @@ struct Session {
   SlotBlock<ClientSlot> cslots;  // client sessions only
   SlotBlock<ServerSlot> sslots;  // server sessions, from their first request
   Fifo<BacklogEntry> backlog;    // requests waiting for a free slot
+  size_t backlog_deadlines = 0;  // entries of the backlog with a deadline
   size_t pending_handlers = 0;   // server: handlers not yet responded
   size_t rx_budget_bytes = 0;    // server: bytes of requests being received or handled
   SessionStats stats;

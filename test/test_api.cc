@@ -1,0 +1,319 @@
+// The API users write against (issue 13), over `fake`: continuations as
+// closures, per-request deadlines and cancellation.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "fake_pair.h"
+#include "test_util.h"
+
+using namespace rpc;
+using namespace rpc::detail;
+using namespace rpc::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr size_t kLarge = 20000;  // above the default bulk threshold (16 KiB)
+
+// Counts live copies, to see that a Callback destroys what it holds once.
+struct Tracked {
+  static inline int live = 0;
+  Tracked() { live++; }
+  Tracked(const Tracked&) { live++; }
+  Tracked(Tracked&&) noexcept { live++; }
+  ~Tracked() { live--; }
+};
+
+// ---------------------------------------------------------------- Callback
+
+using IntFn = Callback<int(int)>;
+
+struct ThreePointers {
+  void* a;
+  void* b;
+  void* c;
+  int operator()(int x) const { return x + 3; }
+};
+struct FourPointers {
+  void* a;
+  void* b;
+  void* c;
+  void* d;
+  int operator()(int x) const { return x + 4; }
+};
+
+static_assert(IntFn::kStoredInline<ThreePointers>, "three pointers are stored inline");
+static_assert(!IntFn::kStoredInline<FourPointers>, "four are not");
+static_assert(IntFn::kStoredInline<int (*)(int)>, "a function pointer is stored inline");
+static_assert(sizeof(ContinuationFn) == 5 * sizeof(void*), "storage, invoke, manage");
+
+TEST_CASE("a Callback calls what it holds, inline or on the heap, and destroys it once") {
+  Tracked::live = 0;
+  {
+    Tracked t;
+    auto small = [t, n = 1](int x) { return x + n; };  // non-trivial, inline
+    auto big = [t, pad = std::array<void*, 6>{}](int x) { return x + 2 + (pad[0] == nullptr); };
+    static_assert(IntFn::kStoredInline<decltype(small)>);
+    static_assert(!IntFn::kStoredInline<decltype(big)>);
+    IntFn a(std::move(small));
+    IntFn b(std::move(big));
+    IntFn c(ThreePointers{});
+    IntFn d(FourPointers{});
+    CHECK(a(1) == 2);
+    CHECK(b(1) == 4);
+    CHECK(c(1) == 4);
+    CHECK(d(1) == 5);
+    // Moves carry the callable along and leave the source empty.
+    IntFn a2(std::move(a));
+    IntFn b2;
+    b2 = std::move(b);
+    CHECK_FALSE(a);
+    CHECK_FALSE(b);
+    CHECK(a2(2) == 3);
+    CHECK(b2(2) == 5);
+    b2 = nullptr;
+    CHECK_FALSE(b2);
+  }
+  CHECK(Tracked::live == 0);
+}
+
+TEST_CASE("a Callback made from a null function pointer is empty") {
+  int (*none)(int) = nullptr;
+  CHECK_FALSE(IntFn(none));
+  CHECK_FALSE(IntFn(nullptr));
+  CHECK(IntFn([](int x) { return x; }));
+}
+
+// ---------------------------------------------------------------- closures
+
+TEST_CASE("a continuation may be a lambda with captures; it runs once and is then destroyed") {
+  Pair p;
+  Call call(*p.client, 64);
+  auto alive = std::make_shared<int>(0);
+  int runs = 0;
+  Errc seen = Errc::kInvalidArgument;
+  size_t seen_size = 0;
+  REQUIRE(p.client->enqueue_request(p.sn, kEcho, call.req, call.resp,
+                                    [&, alive](Rpc&, const Completion& c) {
+                                      runs++;
+                                      seen = c.errc;
+                                      seen_size = c.resp_size;
+                                      CHECK(c.tag == nullptr);
+                                    }) == Errc::kOk);
+  CHECK(alive.use_count() == 2);  // the Rpc holds the capture
+  REQUIRE(p.pump_until([&] { return runs > 0; }));
+  p.pump_for(5ms);
+  CHECK(runs == 1);
+  CHECK(seen == Errc::kOk);
+  CHECK(seen_size == 64);
+  CHECK(check_pattern(call.resp, 64, 64));
+  CHECK(alive.use_count() == 1);  // released once it ran
+  call.release(*p.client);
+}
+
+TEST_CASE("a refused request destroys its continuation without running it") {
+  Pair p;
+  Call call(*p.client, 64);
+  auto alive = std::make_shared<int>(0);
+  bool ran = false;
+  CHECK(p.client->enqueue_request(kInvalidSessionNum - 1, kEcho, call.req, call.resp,
+                                  [&ran, alive](Rpc&, const Completion&) { ran = true; }) ==
+        Errc::kInvalidSession);
+  CHECK_FALSE(ran);
+  CHECK(alive.use_count() == 1);
+  call.release(*p.client);
+}
+
+// ---------------------------------------------------------------- deadlines
+
+// A Call (fake_pair.h) sent with a closure as its continuation, and options.
+struct Req : Call {
+  RequestId id;
+  using Call::Call;
+  Errc send(Rpc& rpc, SessionNum sn, ReqType type, RequestOptions options = {}) {
+    return rpc.enqueue_request(
+        sn, type, req, resp,
+        [this](Rpc&, const Completion& c) {
+          runs++;
+          errc = c.errc;
+          resp_size = c.resp_size;
+        },
+        options, &id);
+  }
+};
+
+TEST_CASE("a request past its deadline fails with kTimedOut, and the session stays up") {
+  Pair p;
+  p.use_manual_clock();
+  // Given a request to a handler that does not respond (yet)
+  Req stuck(*p.client, 32);
+  REQUIRE(stuck.send(*p.client, p.sn, kDeferForever, {.timeout = 50ms}) == Errc::kOk);
+  REQUIRE(p.pump_until([] { return g_deferred != nullptr; }));
+  // When its deadline passes
+  p.advance(30ms);
+  CHECK(stuck.runs == 0);
+  p.advance(30ms);
+  // Expect: it failed, once, with kTimedOut; the session was not reset
+  CHECK(stuck.runs == 1);
+  CHECK(stuck.errc == Errc::kTimedOut);
+  CHECK(stuck.resp.size() == 0);
+  CHECK(p.client->stats().requests_past_deadline == 1);
+  CHECK(p.client->is_connected(p.sn));
+  CHECK(p.client->stats().sessions_reset == 0);
+  // and the session's next request in that slot completes once the old
+  // handler has responded, with its own answer, not the old one's
+  Req next(*p.client, 48);
+  REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 20; i++) p.advance(5ms);
+  CHECK(next.runs == 0);  // the server's slot is still held by the handler
+  ReqHandle& h = *g_deferred;
+  h.pre_resp_buffer().resize(8);
+  std::memset(h.pre_resp_buffer().data(), 0x77, 8);
+  p.server->enqueue_response(h, h.pre_resp_buffer());
+  for (int i = 0; i < 40 && next.runs == 0; i++) p.advance(5ms);
+  CHECK(next.runs == 1);
+  CHECK(next.errc == Errc::kOk);
+  CHECK(check_pattern(next.resp, 48, 48));
+  CHECK(stuck.runs == 1);
+  stuck.release(*p.client);
+  next.release(*p.client);
+}
+
+TEST_CASE("a request waiting for its session to connect fails at its deadline") {
+  Pair p({}, {}, /*connect=*/false);  // the server's loop is never run: no answer
+  Req waiting(*p.client, 32);
+  Req other(*p.client, 32);
+  REQUIRE(waiting.send(*p.client, p.sn, kEcho, {.timeout = 20ms}) == Errc::kOk);
+  REQUIRE(other.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(run_until(
+      *p.client, [&] { return waiting.runs > 0; }, 5s));
+  CHECK(waiting.errc == Errc::kTimedOut);
+  CHECK(other.runs == 0);  // no deadline: it waits on
+  CHECK(p.client->stats().requests_past_deadline == 1);
+  // The other one is sent once the session connects.
+  REQUIRE(p.pump_until([&] { return other.runs > 0; }));
+  CHECK(other.errc == Errc::kOk);
+  CHECK(waiting.runs == 1);
+  waiting.release(*p.client);
+  other.release(*p.client);
+}
+
+TEST_CASE("a negative timeout is refused") {
+  Pair p;
+  Req r(*p.client, 32);
+  CHECK(r.send(*p.client, p.sn, kEcho, {.timeout = -1ms}) == Errc::kInvalidArgument);
+  r.release(*p.client);
+}
+
+// ---------------------------------------------------------------- cancel
+
+TEST_CASE("cancel ends an outstanding request inside the call, once; the session carries on") {
+  Pair p;
+  Req stuck(*p.client, 32);
+  REQUIRE(stuck.send(*p.client, p.sn, kDeferForever) == Errc::kOk);
+  REQUIRE(p.pump_until([] { return g_deferred != nullptr; }));
+  CHECK(p.client->cancel(stuck.id));
+  CHECK(stuck.runs == 1);
+  CHECK(stuck.errc == Errc::kCancelled);
+  CHECK_FALSE(p.client->cancel(stuck.id));  // already complete
+  CHECK_FALSE(p.client->cancel(RequestId{}));
+  CHECK(p.client->stats().requests_cancelled == 1);
+  // The handler's late answer is dropped; the next request gets its own.
+  p.server->enqueue_response(*g_deferred, g_deferred->pre_resp_buffer());
+  Req next(*p.client, 40);
+  REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return next.runs > 0; }));
+  CHECK(next.errc == Errc::kOk);
+  CHECK(check_pattern(next.resp, 40, 40));
+  CHECK(stuck.runs == 1);
+  CHECK(p.client->is_connected(p.sn));
+  stuck.release(*p.client);
+  next.release(*p.client);
+}
+
+TEST_CASE("cancel removes a request still waiting in the backlog, leaving the others in order") {
+  Pair p({}, {}, /*connect=*/false);
+  std::vector<std::unique_ptr<Req>> reqs;
+  for (int i = 0; i < 3; i++) {
+    reqs.push_back(std::make_unique<Req>(*p.client, 16 + i));
+    REQUIRE(reqs.back()->send(*p.client, p.sn, kEcho) == Errc::kOk);
+  }
+  CHECK(p.client->cancel(reqs[1]->id));
+  CHECK(reqs[1]->runs == 1);
+  CHECK(reqs[1]->errc == Errc::kCancelled);
+  REQUIRE(p.pump_until([&] { return reqs[0]->runs > 0 && reqs[2]->runs > 0; }));
+  CHECK(reqs[0]->errc == Errc::kOk);
+  CHECK(reqs[2]->errc == Errc::kOk);
+  CHECK(check_pattern(reqs[2]->resp, 18, 18));
+  CHECK(reqs[1]->runs == 1);
+  for (auto& r : reqs) r->release(*p.client);
+}
+
+TEST_CASE("a request given up before the server heard of it does not block its slot") {
+  Pair p;
+  FakeNetwork& net = FakeNetwork::instance();
+  // Given a request none of whose packets reaches the server
+  net.set_filter([](const FakePacket&) { return FakeVerdict::kDrop; });
+  Req lost(*p.client, 32);
+  REQUIRE(lost.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  p.pump_for(5ms);
+  // When the client gives it up and the network heals
+  REQUIRE(p.client->cancel(lost.id));
+  net.set_filter(nullptr);
+  // Expect: the slot's next request, one request number further on than
+  // the server expects, is taken
+  Req next(*p.client, 32);
+  REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return next.runs > 0; }, 5s));
+  CHECK(next.errc == Errc::kOk);
+  CHECK(p.client->stats().sessions_reset == 0);
+  lost.release(*p.client);
+  next.release(*p.client);
+}
+
+TEST_CASE("a request cancelled while its response is read runs its continuation after the read") {
+  Pair p;
+  FakeNetwork& net = FakeNetwork::instance();
+  net.set_hold_bulk(true);
+  Req r(*p.client, 32, kLarge);
+  REQUIRE(r.send(*p.client, p.sn, kLargeResp) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 1; }));
+  CHECK(p.client->cancel(r.id));
+  p.pump_for(10ms);
+  CHECK(r.runs == 0);  // the read still writes into r.resp
+  net.set_hold_bulk(false);
+  REQUIRE(p.pump_until([&] { return r.runs > 0; }));
+  CHECK(r.runs == 1);
+  CHECK(r.errc == Errc::kCancelled);
+  CHECK(r.resp.size() == 0);
+  r.release(*p.client);
+}
+
+TEST_CASE(
+    "a large request cancelled while the server reads it is withdrawn; its handler never runs") {
+  Pair p;
+  FakeNetwork& net = FakeNetwork::instance();
+  net.set_hold_bulk(true);
+  Req r(*p.client, kLarge);
+  REQUIRE(r.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 1; }));
+  CHECK(p.client->cancel(r.id));
+  CHECK(r.runs == 1);
+  CHECK(net.num_exposures() == 0);  // the request buffer is the application's again
+  net.set_hold_bulk(false);
+  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 0; }));
+  CHECK(p.server->stats().bulk_reads_failed == 1);
+  CHECK(p.server->stats().handlers_run == 0);
+  // and the session carries on
+  Req next(*p.client, kLarge);
+  REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return next.runs > 0; }));
+  CHECK(next.errc == Errc::kOk);
+  CHECK(check_pattern(next.resp, kLarge, kLarge));
+  r.release(*p.client);
+  next.release(*p.client);
+}
+
+}  // namespace
