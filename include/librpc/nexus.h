@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "librpc/config.h"
 #include "librpc/error.h"
@@ -14,10 +15,6 @@
 #include "librpc/types.h"
 
 namespace rpc {
-
-namespace detail {
-class NexusImpl;
-}
 
 // A request handler. It must eventually call Rpc::enqueue_response() for
 // the handle, exactly once, inside the handler or later (deferred).
@@ -28,6 +25,16 @@ class NexusImpl;
 // RpcStats::handler_exceptions and carries on. (An exception after the
 // response is only counted.) Captures must outlive every Rpc of the Nexus.
 using ReqHandler = std::function<void(ReqHandle&)>;
+
+template <typename T>
+class Task;
+
+namespace detail {
+class NexusImpl;
+// A handler written as a coroutine (librpc/coro.h).
+template <typename F>
+concept ReturnsTask = std::is_same_v<std::invoke_result_t<F&, ReqHandle&>, Task<void>>;
+}  // namespace detail
 
 class RPC_EXPORT Nexus {
  public:
@@ -46,6 +53,22 @@ class RPC_EXPORT Nexus {
   // of a Nexus with no background threads.
   [[nodiscard]] Result<bool> register_handler(ReqType req_type, ReqHandler handler,
                                               HandlerMode mode = HandlerMode::kForeground);
+  // Registers a handler written as a coroutine: a callable taking
+  // ReqHandle& and returning rpc::Task<void> (defined in librpc/coro.h,
+  // which must be included). Each request spawns it on the Rpc that
+  // received the request (Rpc::spawn): it runs on that Rpc's thread, may
+  // co_await calls to other servers, and must enqueue_response() before
+  // it finishes. Its request() stays valid until it responds (it is
+  // copied out of the RX ring, unlike a plain foreground handler's). If it
+  // throws before responding, the client sees Errc::kHandlerFailed. Only
+  // HandlerMode::kForeground: a background thread cannot resume
+  // coroutines of an Rpc. The callable lives as long as the Nexus, so its
+  // captures do; the coroutine's frame is destroyed when it finishes, or
+  // with the Rpc.
+  template <typename F>
+  requires detail::ReturnsTask<F>
+  [[nodiscard]] Result<bool> register_handler(ReqType req_type, F handler,
+                                              HandlerMode mode = HandlerMode::kForeground);
 
   // "host:port" this Nexus listens on (with the real port if 0 was asked).
   const std::string& uri() const;
@@ -58,6 +81,7 @@ class RPC_EXPORT Nexus {
   detail::NexusImpl& impl() { return *impl_; }
 
  private:
+  Result<bool> register_coroutine_handler(ReqType req_type, ReqHandler spawner);
   std::unique_ptr<detail::NexusImpl> impl_;
 };
 

@@ -37,6 +37,9 @@ class RpcImpl;
 }
 
 class Rpc;
+class CallAwaiter;
+template <typename T>
+class Task;
 
 class RPC_EXPORT Rpc {
  public:
@@ -62,6 +65,13 @@ class RPC_EXPORT Rpc {
   // Requests may be enqueued before the session is connected: they wait.
   [[nodiscard]] Result<SessionNum> create_session(const std::string& remote_uri,
                                                   RpcId remote_rpc_id);
+  // create_session(), then runs the event loop until the session is
+  // connected (returns its number), its connect fails (a Failure saying
+  // why: the SmErr), or `timeout` passes (the session is destroyed; a
+  // Failure). For simple clients and tests; not from inside the event loop
+  // (a continuation, handler or coroutine: aborts, like run_event_loop).
+  [[nodiscard]] Result<SessionNum> connect(const std::string& remote_uri, RpcId remote_rpc_id,
+                                           std::chrono::milliseconds timeout);
   // Fails the session's outstanding requests with kSessionDestroyed and
   // disconnects it; the callback reports kDisconnected. Fails for an
   // unknown session.
@@ -114,6 +124,18 @@ class RPC_EXPORT Rpc {
   // or fabric) is withdrawn: the server's read of it fails, and the
   // server drops it.
   bool cancel(RequestId id) noexcept;
+  // For coroutines (librpc/coro.h): `co_await rpc.call(...)` enqueues the
+  // request as above and resumes the coroutine, on this Rpc's thread from
+  // inside the event loop, with a CallResult once it completes. req and
+  // resp must stay put until then (they usually live in the coroutine).
+  CallAwaiter call(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                   const RequestOptions& options = {}, RequestId* id_out = nullptr);
+  // Starts a coroutine now (it runs until its first suspension, here) and
+  // keeps it until it finishes; ~Rpc destroys the frames of those still
+  // suspended, after failing every outstanding request (which resumes
+  // the ones awaiting calls). Calls from this Rpc's thread only.
+  void spawn(Task<void> task);
+
   // Sends the response for a request. resp is either the handle's
   // pre_resp_buffer() or a buffer from alloc_msg_buffer(), which the Rpc
   // then owns and frees. Callable from the handler, later (deferred), from

@@ -1,8 +1,10 @@
 // Convenience header: the whole public API of librpc.
 #pragma once
 
+#include "librpc/blocking.h"
 #include "librpc/callback.h"
 #include "librpc/config.h"
+#include "librpc/coro.h"
 #include "librpc/error.h"
 #include "librpc/msg_buffer.h"
 #include "librpc/nexus.h"

@@ -94,6 +94,13 @@ struct RequestId {
   friend bool operator==(RequestId, RequestId) = default;
 };
 
+// The outcome of a request for `co_await rpc.call(...)` and call_sync().
+struct CallResult {
+  Errc errc{};           // Errc::kOk (0), or why the request failed
+  size_t resp_size = 0;  // bytes written into the response buffer
+  bool ok() const { return errc == Errc{}; }
+};
+
 // Per-request settings (Rpc::enqueue_request).
 struct RequestOptions {
   // The request fails with Errc::kTimedOut when it has not completed this

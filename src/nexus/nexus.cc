@@ -17,6 +17,10 @@ Nexus::~Nexus() = default;
 Result<bool> Nexus::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
   return impl_->register_handler(req_type, std::move(handler), mode);
 }
+Result<bool> Nexus::register_coroutine_handler(ReqType req_type, ReqHandler spawner) {
+  return impl_->register_handler(req_type, std::move(spawner), HandlerMode::kForeground,
+                                 /*keeps_request=*/true);
+}
 
 const std::string& Nexus::uri() const { return impl_->uri(); }
 
@@ -73,7 +77,8 @@ NexusImpl::~NexusImpl() {
   bg_threads_.reset();
 }
 
-Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
+Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
+                                         bool keeps_request) {
   if (handlers_frozen_.load()) {
     return Failure{"register_handler: handlers must be registered before any Rpc is created"};
   }
@@ -85,7 +90,7 @@ Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, H
   if (mode == HandlerMode::kBackground && config_.num_bg_threads == 0) {
     return Failure{"register_handler: background mode needs NexusConfig::num_bg_threads > 0"};
   }
-  handlers_[req_type] = HandlerEntry{std::move(handler), mode, true};
+  handlers_[req_type] = HandlerEntry{std::move(handler), mode, true, keeps_request};
   return true;
 }
 

@@ -23,6 +23,9 @@ struct HandlerEntry {
   ReqHandler fn;
   HandlerMode mode = HandlerMode::kForeground;
   bool registered = false;
+  // The handler keeps the request past its return (a coroutine): a
+  // single-packet request is copied out of the RX ring for it.
+  bool keeps_request = false;
 };
 
 // Work for a background thread: run handler on handle, then tell rpc.
@@ -41,7 +44,8 @@ class NexusImpl {
   // Nexus and would use it after it is freed).
   ~NexusImpl();
 
-  Result<bool> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode);
+  Result<bool> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
+                                bool keeps_request = false);
   // Freezes the handler table (first Rpc) and returns it.
   const std::array<HandlerEntry, 256>& freeze_handlers();
 

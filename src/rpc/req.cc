@@ -325,7 +325,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   const size_t dpp = caps_.max_data_per_pkt;
   slot.req_pkts = pkts_for_size(msg_size, dpp);
   const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
-  if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground) {
+  if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground && !entry.keeps_request) {
     // Zero copy: the handler reads the request straight from the RX ring.
     slot.req_buf = MsgBufferAccess::make_view(pkt, msg_size, caps_.max_data_per_pkt);
     slot.req_rx = 1;

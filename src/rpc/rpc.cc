@@ -20,6 +20,10 @@ Rpc::~Rpc() = default;
 Result<SessionNum> Rpc::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
   return impl_->create_session(remote_uri, remote_rpc_id);
 }
+Result<SessionNum> Rpc::connect(const std::string& remote_uri, RpcId remote_rpc_id,
+                                std::chrono::milliseconds timeout) {
+  return impl_->connect(remote_uri, remote_rpc_id, timeout);
+}
 Result<bool> Rpc::destroy_session(SessionNum sn) { return impl_->destroy_session(sn); }
 bool Rpc::is_connected(SessionNum sn) const { return impl_->is_connected(sn); }
 const SessionStats* Rpc::session_stats(SessionNum sn) const { return impl_->session_stats(sn); }
@@ -213,6 +217,9 @@ RpcImpl::~RpcImpl() {
   }
   // Every read is orphaned now; the deferred continuations run as they end.
   drain_bulk_reads();
+  // Every continuation has run, resuming the coroutines that awaited
+  // calls; those still suspended wait for nothing that will come.
+  spawned_.destroy_all();
 }
 
 MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {

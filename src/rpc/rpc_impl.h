@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/mailbox.h"
 
+#include "librpc/coro.h"
 #include "librpc/rpc.h"
 #include "memory/allocator.h"
 #include "nexus/rpc_endpoint.h"
@@ -115,6 +116,12 @@ class RpcImpl final : public RpcEndpoint {
 
   // --- public API (rpc.cc, sm.cc, req.cc, resp.cc, ev_loop.cc) ---
   Result<SessionNum> create_session(const std::string& remote_uri, RpcId remote_rpc_id);
+  Result<SessionNum> connect(const std::string& remote_uri, RpcId remote_rpc_id,
+                             std::chrono::milliseconds timeout);
+  void spawn(std::coroutine_handle<TaskPromise<void>> task);
+  void count_task_exception(const char* what);  // coro.cc
+  // A handler threw (or a coroutine handler, from coro.cc); req.cc.
+  void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
   Result<bool> destroy_session(SessionNum sn);
   bool is_connected(SessionNum sn) const;
   const SessionStats* session_stats(SessionNum sn) const;
@@ -196,7 +203,6 @@ class RpcImpl final : public RpcEndpoint {
   void server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
                       size_t data_len);
   void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
-  void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
   void release_server_slot(ServerSlot& slot);
   void set_slot_state(ServerSlot& slot, ServerSlotState to);
   bool alloc_req_buf(Session& session, ServerSlot& slot, size_t size);
@@ -323,7 +329,12 @@ class RpcImpl final : public RpcEndpoint {
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;
-  uint64_t next_request_seq_ = 1;  // RequestId: (session << 48) | seq (48 bits, never 0)
+  uint64_t next_request_seq_ = 1;
+  // The last connect that failed, for connect() (session_api.cc).
+  uint64_t connect_failures_ = 0;
+  std::pair<SessionNum, SmErr> last_connect_failure_{kInvalidSessionNum, SmErr::kNone};
+  SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)  // RequestId: (session <<
+                          // 48) | seq (48 bits, never 0)
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;  // the loop is not re-entrant

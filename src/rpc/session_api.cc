@@ -50,6 +50,27 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
   return s->local_num;
 }
 
+Result<SessionNum> RpcImpl::connect(const std::string& remote_uri, RpcId remote_rpc_id,
+                                    std::chrono::milliseconds timeout) {
+  const uint64_t failures_before = connect_failures_;
+  Result<SessionNum> created = create_session(remote_uri, remote_rpc_id);
+  if (!created) return created;
+  const SessionNum sn = *created;
+  const uint64_t deadline_ns = read_clock() + static_cast<uint64_t>(timeout.count()) * 1000000;
+  for (;;) {
+    if (is_connected(sn)) return sn;
+    if (connect_failures_ != failures_before && last_connect_failure_.first == sn) {
+      return Failure{fmt::format("connect to Rpc {} at {}: {}", remote_rpc_id, remote_uri,
+                                 to_string(last_connect_failure_.second))};
+    }
+    if (read_clock() >= deadline_ns) break;
+    run_event_loop_once();  // aborts when called from inside the event loop
+  }
+  (void)destroy_session(sn);
+  return Failure{fmt::format("connect to Rpc {} at {}: not connected within {} ms", remote_rpc_id,
+                             remote_uri, timeout.count())};
+}
+
 Result<bool> RpcImpl::destroy_session(SessionNum sn) {
   RPC_CHECK_OWNER("destroy_session");
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) {

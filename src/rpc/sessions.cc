@@ -136,6 +136,10 @@ void RpcImpl::add_tombstone(uint64_t token) {
 
 // No events from ~Rpc: the application is tearing the Rpc down.
 void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
+  if (event == SessionEvent::kConnectFailed) {
+    connect_failures_++;
+    last_connect_failure_ = {sn, err};
+  }
   if (!config_.session_callback || destroying_) return;
   try {
     config_.session_callback(sn, event, err);

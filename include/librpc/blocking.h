@@ -1,0 +1,40 @@
+// Blocking calls for simple clients, tools and tests: call_sync() runs the
+// event loop until its request completes. (Rpc::connect() does the same
+// for a session.) Not for code inside the event loop: a continuation,
+// handler or coroutine that calls them aborts (the loop is not
+// re-entrant); coroutines use `co_await rpc.call(...)` (librpc/coro.h).
+#pragma once
+
+#include <chrono>
+
+#include "librpc/error.h"
+#include "librpc/msg_buffer.h"
+#include "librpc/rpc.h"
+#include "librpc/types.h"
+
+namespace rpc {
+
+// Sends req to the handler for req_type and runs rpc's event loop until
+// the response is in resp, the request fails, or `timeout` passes
+// (Errc::kTimedOut; RequestOptions::timeout, so up to half an RTO late).
+// A timeout of 0 waits as long as the session lives (bounded by
+// RpcConfig::request_timeout_ms, unless that is 0 too). Requests of other
+// callers and handlers progress meanwhile (it is the same loop).
+inline CallResult call_sync(Rpc& rpc, SessionNum session_num, ReqType req_type, MsgBuffer& req,
+                            MsgBuffer& resp,
+                            std::chrono::microseconds timeout = std::chrono::microseconds(0)) {
+  bool done = false;
+  CallResult result;
+  const Errc queued = rpc.enqueue_request(
+      session_num, req_type, req, resp,
+      [&done, &result](Rpc&, const Completion& c) {
+        result = CallResult{c.errc, c.resp_size};
+        done = true;
+      },
+      RequestOptions{.timeout = timeout});
+  if (queued != Errc::kOk) return CallResult{queued, 0};
+  while (!done) rpc.run_event_loop_once();
+  return result;
+}
+
+}  // namespace rpc

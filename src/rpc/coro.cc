@@ -1,0 +1,63 @@
+// Coroutines on an Rpc (librpc/coro.h): spawned tasks, and the engine
+// side of coroutine handlers.
+#include <exception>
+
+#include "common/log.h"
+#include "rpc/rpc_impl.h"
+
+namespace rpc {
+
+void Rpc::spawn(Task<void> task) { impl_->spawn(task.release()); }
+
+namespace detail {
+
+void RpcImpl::spawn(std::coroutine_handle<TaskPromise<void>> task) {
+  RPC_CHECK_OWNER("spawn");
+  if (!task) return;
+  TaskPromise<void>& p = task.promise();
+  RPC_CHECK_USAGE(p.spawned_in == nullptr && p.continuation == nullptr && !task.done(),
+                  "Rpc {}: spawn of a task that was already started", config_.rpc_id);
+  p.spawned_on = &owner_;
+  spawned_.add(&p);
+  p.spawned_in = &spawned_;
+  task.resume();  // until its first suspension; it may end (and free itself) here
+}
+
+namespace {
+
+const char* what_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    thread_local std::string what;
+    what = ex.what();
+    return what.c_str();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace
+
+void report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept {
+  rpc.impl().count_task_exception(what_of(e));
+}
+
+void RpcImpl::count_task_exception(const char* what) {
+  stats_.task_exceptions++;
+  RPC_LOG_ERROR("Rpc {}: a spawned coroutine threw: {}", config_.rpc_id, what);
+}
+
+HandlerRun handler_run(ReqHandle& handle) noexcept {
+  ServerSlot& slot = *ReqHandleAccess::slot(handle);
+  Session& session = *slot.session;
+  return HandlerRun{&handle.rpc(), session.local_num,
+                    static_cast<uint32_t>(&slot - session.sslots.data()), slot.req_num};
+}
+
+void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept {
+  run.rpc->impl().handler_failed(run.session_num, run.slot_index, run.req_num, what_of(e));
+}
+
+}  // namespace detail
+}  // namespace rpc
