@@ -6,6 +6,7 @@
 #include "librpc/config.h"
 #include "librpc/coro.h"
 #include "librpc/error.h"
+#include "librpc/event_loop_thread.h"
 #include "librpc/msg_buffer.h"
 #include "librpc/nexus.h"
 #include "librpc/req_handle.h"
