@@ -29,6 +29,8 @@ constexpr ReqType kDeferForever = 12;    // keeps the handle, never responds
 constexpr ReqType kRespondTwice = 13;    // API misuse
 constexpr ReqType kRespondTwiceBg = 14;  // API misuse on a background thread
 constexpr ReqType kLargeResp = 15;       // answers 20 KiB
+constexpr ReqType kAppErr = 16;          // answers the application error 0xC0DE0000 + request size
+constexpr ReqType kAppErrBg = 17;        // the same from a background thread
 
 inline ReqHandle* g_deferred = nullptr;  // the last kDeferForever handle
 
@@ -51,6 +53,15 @@ inline void register_handlers(Nexus& nexus) {
         h.rpc().enqueue_response(h, h.pre_resp_buffer());
       },
       HandlerMode::kBackground));
+  for (const auto& [type, mode] :
+       {std::pair{kAppErr, HandlerMode::kForeground}, {kAppErrBg, HandlerMode::kBackground}}) {
+    REQUIRE(nexus.register_handler(
+        type,
+        [](ReqHandle& h) {
+          h.rpc().enqueue_error_response(h, 0xC0DE0000 + static_cast<uint32_t>(h.request().size()));
+        },
+        mode));
+  }
   REQUIRE(nexus.register_handler(kLargeResp, [](ReqHandle& h) {
     MsgBuffer resp = h.rpc().alloc_msg_buffer(20000);
     fill_pattern(resp, 5);

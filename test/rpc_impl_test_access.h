@@ -25,6 +25,10 @@ struct RpcImplTestAccess {
   // One-sided reads posted and not yet reported done.
   static size_t bulk_reads_live(RpcImpl& rpc) { return rpc.bulk_reads_live_; }
   static size_t num_tombstones(RpcImpl& rpc) { return rpc.tombstones_.size(); }
+  // As if the Nexus had declared the remote at `remote` (that incarnation) failed.
+  static void remote_failed(RpcImpl& rpc, const NetAddr& remote, uint64_t incarnation) {
+    rpc.handle_remote_failure(remote, incarnation);
+  }
   static bool header_sane(RpcImpl& rpc, const PktHdr& hdr, size_t data_len) {
     return rpc.header_sane(hdr, data_len);
   }

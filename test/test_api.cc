@@ -7,6 +7,7 @@
 
 #include "fake_pair.h"
 #include "test_util.h"
+#include "wire/pkt_hdr.h"
 
 using namespace rpc;
 using namespace rpc::detail;
@@ -317,3 +318,99 @@ TEST_CASE(
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- app errors
+
+TEST_CASE("a handler may answer with an application error, from either thread") {
+  Pair p;
+  for (ReqType type : {kAppErr, kAppErrBg}) {
+    Call call(*p.client, 24);
+    Completion seen{};
+    bool done = false;
+    REQUIRE(
+        p.client->enqueue_request(p.sn, type, call.req, call.resp, [&](Rpc&, const Completion& c) {
+          seen = c;
+          done = true;
+        }) == Errc::kOk);
+    REQUIRE(p.pump_until([&] { return done; }));
+    CHECK(seen.errc == Errc::kAppError);
+    CHECK(seen.app_error == 0xC0DE0000 + 24);
+    CHECK(seen.resp_size == 0);
+    CHECK(call.resp.size() == 0);
+    call.release(*p.client);
+  }
+  // An answer from the cache carries the code too (the first answer lost).
+  FakeNetwork& net = FakeNetwork::instance();
+  int dropped = 0;
+  net.set_filter([&](const FakePacket&) {
+    return dropped++ == 0 ? FakeVerdict::kDrop : FakeVerdict::kDeliver;
+  });
+  Call call(*p.client, 7);
+  p.use_manual_clock();
+  uint32_t seen_code = 0;
+  REQUIRE(p.client->enqueue_request(p.sn, kAppErr, call.req, call.resp,
+                                    [&](Rpc&, const Completion& c) { seen_code = c.app_error; }) ==
+          Errc::kOk);
+  for (int i = 0; i < 100 && seen_code == 0; i++) p.advance(5ms);
+  CHECK(seen_code == 0xC0DE0000 + 7);
+  call.release(*p.client);
+}
+
+TEST_CASE("an application-error packet of any other shape is dropped as a bad header") {
+  Pair p;
+  RpcImpl& impl = p.client->impl();
+  auto hdr = [](uint32_t size, bool bulk, uint16_t pkt_num) {
+    return PktHdr::make(PktType::kResp, 1, size, 0, pkt_num, 8, bulk, RespStatus::kAppError);
+  };
+  CHECK(RpcImplTestAccess::header_sane(impl, hdr(4, false, 0), 4));
+  CHECK_FALSE(RpcImplTestAccess::header_sane(impl, hdr(5, false, 0), 5));
+  CHECK_FALSE(RpcImplTestAccess::header_sane(impl, hdr(4, false, 0), 3));
+  CHECK_FALSE(RpcImplTestAccess::header_sane(impl, hdr(4, false, 1), 4));
+  CHECK_FALSE(RpcImplTestAccess::header_sane(impl, hdr(4, true, 0), 4));
+  CHECK_FALSE(RpcImplTestAccess::header_sane(
+      impl, PktHdr::make(PktType::kReq, 1, 4, 0, 0, 8, false, RespStatus::kAppError), 4));
+}
+
+// ---------------------------------------------------------------- server session events
+
+TEST_CASE("a server Rpc that asks is told of its sessions' connects, disconnects and resets") {
+  std::vector<ServerSessionEvent> events;
+  RpcConfig sc;
+  sc.server_session_callback = [&](const ServerSessionEvent& e) { events.push_back(e); };
+  Pair p(sc);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].event == SessionEvent::kConnected);
+  CHECK(events[0].client_rpc_id == 0);
+  CHECK(events[0].client_uri == p.nexus.uri());
+  const SessionNum server_sn = events[0].session_num;
+  // The client ends it.
+  REQUIRE(p.client->destroy_session(p.sn));
+  REQUIRE(p.pump_until([&] { return events.size() == 2; }));
+  CHECK(events[1].event == SessionEvent::kDisconnected);
+  CHECK(events[1].session_num == server_sn);
+  CHECK(events[1].reason == SmErr::kNone);
+  // A second session, whose client process is then declared failed.
+  auto sn2 = p.client->create_session(p.nexus.uri(), 1);
+  REQUIRE(sn2);
+  REQUIRE(p.pump_until([&] { return p.client->is_connected(*sn2) && events.size() == 3; }));
+  CHECK(events[2].event == SessionEvent::kConnected);
+  Session* s = RpcImplTestAccess::session(p.server->impl(), events[2].session_num);
+  REQUIRE(s != nullptr);
+  RpcImplTestAccess::remote_failed(p.server->impl(), s->remote_nexus, s->remote_incarnation);
+  REQUIRE(events.size() == 4);
+  CHECK(events[3].event == SessionEvent::kReset);
+  CHECK(events[3].reason == SmErr::kRemoteFailed);
+  CHECK(events[3].session_num == events[2].session_num);
+}
+
+TEST_CASE("server session events are off unless asked for") {
+  std::vector<Event> server_events;
+  RpcConfig sc;
+  sc.session_callback = [&](SessionNum s, SessionEvent e, SmErr r) {
+    server_events.emplace_back(s, e, r);
+  };
+  Pair p(sc);
+  REQUIRE(p.client->destroy_session(p.sn));
+  p.pump_for(20ms);
+  CHECK(server_events.empty());  // the client-session callback is not told of server sessions
+}

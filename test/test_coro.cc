@@ -24,6 +24,7 @@ constexpr ReqType kCoEcho = 20;         // coroutine: responds at once
 constexpr ReqType kCoNested = 21;       // coroutine: asks the back end, then responds
 constexpr ReqType kCoThrow = 22;        // coroutine: throws after a nested call
 constexpr ReqType kNeverResponds = 23;  // plain: keeps the handle
+constexpr ReqType kCoAppError = 24;     // coroutine: answers the application error 42
 
 constexpr RpcId kClientId = 0;
 constexpr RpcId kMiddleId = 1;
@@ -92,6 +93,10 @@ struct Trio {
     REQUIRE(nexus.register_handler(kCoNested, co_nested));
     REQUIRE(nexus.register_handler(kCoThrow, co_throw));
     REQUIRE(nexus.register_handler(kNeverResponds, [](ReqHandle&) {}));
+    REQUIRE(nexus.register_handler(kCoAppError, [](ReqHandle& h) -> Task<void> {
+      h.rpc().enqueue_error_response(h, 42);
+      co_return;
+    }));
     const size_t mtu = transport == "fake" ? 256 : 1500;
     backend = std::make_unique<Rpc>(
         nexus, RpcConfig{.rpc_id = kBackendId, .transport = transport, .mtu_bytes = mtu});
@@ -305,6 +310,24 @@ TEST_CASE("Rpc::connect and call_sync", "[blocking]") {
     auto sn = t.client->connect(t.nexus.uri(), 99, 5000ms);
     REQUIRE_FALSE(sn);
     CHECK(sn.error().find(std::string(to_string(SmErr::kUnknownRpcId))) != std::string::npos);
+  }
+  SECTION("call_sync and co_await carry a handler's application error, " + transport) {
+    auto sn = t.client->connect(t.nexus.uri(), 7, 5000ms);
+    REQUIRE(sn);
+    MsgBuffer req = t.client->alloc_msg_buffer(8), resp = t.client->alloc_msg_buffer(8);
+    CallResult r = call_sync(*t.client, *sn, kCoAppError, req, resp, 5s);
+    CHECK(r.errc == Errc::kAppError);
+    CHECK(r.app_error == 42);
+    CallResult co;
+    t.client->spawn(
+        [](Rpc& rpc, SessionNum s, MsgBuffer& q, MsgBuffer& a, CallResult& out) -> Task<void> {
+          out = co_await rpc.call(s, kCoAppError, q, a);
+        }(*t.client, *sn, req, resp, co));
+    REQUIRE(run_until(*t.client, [&] { return co.app_error != 0; }));
+    CHECK(co.errc == Errc::kAppError);
+    CHECK(co.app_error == 42);
+    t.client->free_msg_buffer(req);
+    t.client->free_msg_buffer(resp);
   }
   SECTION("call_sync gives up at its timeout, " + transport) {
     auto sn = t.client->connect(t.nexus.uri(), 7, 5000ms);

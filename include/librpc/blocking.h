@@ -28,7 +28,7 @@ inline CallResult call_sync(Rpc& rpc, SessionNum session_num, ReqType req_type, 
   const Errc queued = rpc.enqueue_request(
       session_num, req_type, req, resp,
       [&done, &result](Rpc&, const Completion& c) {
-        result = CallResult{c.errc, c.resp_size};
+        result = CallResult{c.errc, c.resp_size, c.app_error};
         done = true;
       },
       RequestOptions{.timeout = timeout});

@@ -35,6 +35,18 @@ struct NexusConfig {
 // RpcStats::callback_exceptions.
 using SessionCallback = std::function<void(SessionNum, SessionEvent, SmErr)>;
 
+// What a server Rpc is told about a session a client opened to it.
+struct ServerSessionEvent {
+  SessionNum session_num;  // the server end's number
+  SessionEvent event;      // kConnected, kDisconnected (by its client), kReset
+  SmErr reason;            // with kReset: kRemoteFailed (the client's process failed or
+                           // restarted) or kBulkPathFailed; kNone otherwise
+  RpcId client_rpc_id;     // the client Rpc's id at its Nexus
+  std::string client_uri;  // "host:port" of the client's Nexus
+};
+// Same rules as SessionCallback (the Rpc's thread, inside the event loop).
+using ServerSessionCallback = std::function<void(const ServerSessionEvent&)>;
+
 // verbs: how large messages travel (RpcConfig::verbs_bulk).
 enum class VerbsBulk : uint8_t {
   // DC where the device offers it (an mlx5 NIC, librpc built with mlx5dv),
@@ -153,7 +165,11 @@ struct RpcConfig {
   uint32_t cc_t_high_us = 800;
   // Fault injection: fraction of datapath TX packets silently dropped.
   double drop_tx_fraction = 0.0;
+  // Client sessions' events (create_session's sessions).
   SessionCallback session_callback = {};
+  // Opt-in: server sessions' events, with the client's address (eRPC
+  // issue #69). Not told when the server Rpc itself is destroyed.
+  ServerSessionCallback server_session_callback = {};
   // Opaque pointer handed to handlers via ReqHandle::context().
   void* context = nullptr;
 };

@@ -228,7 +228,7 @@ class CallAwaiter {
     const Errc e = rpc_.enqueue_request(
         session_num_, req_type_, req_, resp_,
         [this](Rpc&, const Completion& c) {
-          result_ = CallResult{c.errc, c.resp_size};
+          result_ = CallResult{c.errc, c.resp_size, c.app_error};
           awaiting_.resume();  // may end the coroutine and free *this: nothing after
         },
         options_, id_out_);

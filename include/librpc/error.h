@@ -30,6 +30,7 @@ enum class Errc : uint8_t {
   kTimedOut,              // past RequestOptions::timeout (the session lives on), or no progress for
                           // RpcConfig::request_timeout_ms (the session was reset)
   kCancelled,             // Rpc::cancel() was called for the request
+  kAppError,              // the handler answered with an application error: Completion::app_error
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);

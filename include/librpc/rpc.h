@@ -144,6 +144,13 @@ class RPC_EXPORT Rpc {
   // for the same request (before the client's next request on that slot
   // reuses the handle) aborts with a message instead of corrupting state.
   void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
+  // Answers the request with an application error instead of a response:
+  // the client's continuation sees Errc::kAppError with
+  // Completion::app_error == app_error (distinct from the transport's
+  // errors; what the code means is the application's). Counts as the one
+  // response of the request (same rules and threads as enqueue_response;
+  // the handle's pre_resp_buffer() carries the code).
+  void enqueue_error_response(ReqHandle& handle, uint32_t app_error) noexcept;
 
   // Runs the event loop for about `duration`. Not re-entrant: called from
   // a continuation, handler or session callback it aborts with a message.

@@ -68,6 +68,9 @@ struct Completion {
   MsgBuffer* resp;   // the response buffer given to enqueue_request
   size_t resp_size;  // bytes of response (resp->size() too); 0 on error
   void* tag;         // the tag given to enqueue_request (nullptr for a Callback)
+  // With Errc::kAppError: the code the handler gave enqueue_error_response
+  // (its meaning is the application's). 0 otherwise.
+  uint32_t app_error = 0;
 };
 
 // A continuation runs on the Rpc's thread, exactly once per accepted
@@ -96,8 +99,9 @@ struct RequestId {
 
 // The outcome of a request for `co_await rpc.call(...)` and call_sync().
 struct CallResult {
-  Errc errc{};           // Errc::kOk (0), or why the request failed
-  size_t resp_size = 0;  // bytes written into the response buffer
+  Errc errc{};             // Errc::kOk (0), or why the request failed
+  size_t resp_size = 0;    // bytes written into the response buffer
+  uint32_t app_error = 0;  // with Errc::kAppError: the handler's code
   bool ok() const { return errc == Errc{}; }
 };
 

@@ -35,6 +35,8 @@ std::string_view to_string(Errc errc) {
              "request_timeout_ms)";
     case Errc::kCancelled:
       return "the request was cancelled";
+    case Errc::kAppError:
+      return "the handler answered with an application error";
   }
   return "unknown error";
 }

@@ -28,9 +28,9 @@ void RpcImpl::poll_bg_responses() {
       apply_response(*r.handle, pre_resp, RespStatus::kHandlerFailed);
     } else if (MsgBufferAccess::raw(r.resp) == MsgBufferAccess::raw(pre_resp)) {
       pre_resp = r.resp;  // carries the handler's resize
-      apply_response(*r.handle, pre_resp, RespStatus::kOk);
+      apply_response(*r.handle, pre_resp, r.status);
     } else {
-      apply_response(*r.handle, r.resp, RespStatus::kOk);
+      apply_response(*r.handle, r.resp, r.status);
     }
   }
 }

@@ -254,7 +254,7 @@ void RpcImpl::reset_failed_bulk_path(uint64_t path) {
     if (!s->is_client()) {
       if (s->state == SessionState::kDraining) continue;
       stats_.sessions_reset++;
-      end_server_session(*s);
+      end_server_session(*s, SessionEvent::kReset, SmErr::kBulkPathFailed);
     } else if (s->state == SessionState::kConnected) {
       reset_client_session(*s, Errc::kSessionReset, SmErr::kBulkPathFailed, /*send_disc=*/true);
     }

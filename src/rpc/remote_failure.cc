@@ -29,7 +29,7 @@ void RpcImpl::handle_remote_failure(const NetAddr& remote, uint64_t incarnation)
     if (!s->is_client()) {
       if (s->state == SessionState::kDraining) continue;
       stats_.sessions_reset++;
-      end_server_session(*s);
+      end_server_session(*s, SessionEvent::kReset, SmErr::kRemoteFailed);
       continue;
     }
     if (s->state == SessionState::kConnected) {

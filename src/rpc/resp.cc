@@ -10,7 +10,7 @@ namespace rpc::detail {
 
 // ---------------------------------------------------------------- server
 
-void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
+void RpcImpl::respond(ReqHandle& handle, MsgBuffer& resp, RespStatus status) noexcept {
   if (handle.is_background()) {
     // Called on a background thread (or any thread): hand it to the Rpc
     // thread. The flag is the one thing every thread may touch.
@@ -22,11 +22,11 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
                       "handler's handle)",
                       config_.rpc_id);
     } while (!state.compare_exchange_weak(cur, cur | 1, std::memory_order_acq_rel));
-    bg_mailbox_.post(BgResponse{&handle, resp});
+    bg_mailbox_.post(BgResponse{&handle, resp, false, status});
     return;
   }
   RPC_CHECK_OWNER("enqueue_response");
-  apply_response(handle, resp, RespStatus::kOk);
+  apply_response(handle, resp, status);
 }
 
 // The one way a server slot leaves kInHandler. Refuses (loudly) a handle
@@ -115,6 +115,12 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
       client_complete(slot, Errc::kHandlerFailed, 0);
       return;
     }
+    if (hdr.status() == RespStatus::kAppError) {  // its shape was checked (header_sane)
+      uint32_t code = 0;
+      for (size_t i = 0; i < kAppErrorBytes; i++) code |= uint32_t{data[i]} << (8 * i);
+      client_complete(slot, Errc::kAppError, 0, code);
+      return;
+    }
     if (msg_size > slot.resp->max_size()) {
       client_complete(slot, Errc::kRespBufferTooSmall, 0);
       return;
@@ -138,7 +144,7 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
   client_try_send(slot);
 }
 
-void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
+void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uint32_t app_error) {
   Session& session = *slot.session;
   // Packets still in flight for this request come back as stale; their
   // credits are returned now.
@@ -148,7 +154,8 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size) {
   // request buffer goes back to the application unexposed.
   if (slot.req_exposure.active()) transport_->revoke_exposure(slot.req_exposure);
   if (errc != Errc::kOk && slot.bulk_read == kNoBulkRead) slot.resp->resize(0);
-  const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag};
+  const Completion completion{errc, slot.resp, errc == Errc::kOk ? resp_size : 0, slot.tag,
+                              app_error};
   // Out of the slot before the next request takes it.
   ContinuationFn cont = std::move(slot.cont);
   session.stats.requests_completed++;

@@ -45,7 +45,15 @@ Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBu
 }
 bool Rpc::cancel(RequestId id) noexcept { return impl_->cancel(id); }
 void Rpc::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
-  impl_->enqueue_response(handle, resp);
+  impl_->respond(handle, resp, detail::RespStatus::kOk);
+}
+void Rpc::enqueue_error_response(ReqHandle& handle, uint32_t app_error) noexcept {
+  MsgBuffer& pre_resp = handle.pre_resp_buffer();
+  for (size_t i = 0; i < detail::kAppErrorBytes; i++) {
+    pre_resp.data()[i] = static_cast<uint8_t>(app_error >> (8 * i));
+  }
+  pre_resp.resize(detail::kAppErrorBytes);
+  impl_->respond(handle, pre_resp, detail::RespStatus::kAppError);
 }
 void Rpc::run_event_loop(std::chrono::microseconds duration) noexcept {
   impl_->run_event_loop(duration);

@@ -80,6 +80,7 @@ struct BgResponse {
   ReqHandle* handle;
   MsgBuffer resp;
   bool handler_failed = false;  // the handler threw before responding
+  RespStatus status = RespStatus::kOk;
 };
 
 // Session-management requests from the network waiting for the Rpc thread:
@@ -132,7 +133,8 @@ class RpcImpl final : public RpcEndpoint {
                        ContinuationFn&& cont, void* tag, std::chrono::microseconds timeout,
                        RequestId* id_out) noexcept;
   bool cancel(RequestId id) noexcept;
-  void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
+  // enqueue_response (kOk) and enqueue_error_response (kAppError).
+  void respond(ReqHandle& handle, MsgBuffer& resp, RespStatus status) noexcept;
   void run_event_loop(std::chrono::microseconds duration) noexcept;
   void run_event_loop_once() noexcept;
 
@@ -214,7 +216,7 @@ class RpcImpl final : public RpcEndpoint {
   void server_process_rfr(Session& session, const PktHdr& hdr);
   void client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
                            size_t data_len);
-  void client_complete(ClientSlot& slot, Errc errc, size_t resp_size);
+  void client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uint32_t app_error = 0);
   // rx.cc
   size_t process_rx();  // returns packets received
   void process_pkt(const RxPacket& pkt);
@@ -296,8 +298,9 @@ class RpcImpl final : public RpcEndpoint {
   void reset_client_session(Session& session, Errc errc, SmErr why, bool send_disc,
                             ClientSlot* timed_out = nullptr);
   void disconnect_client_session(Session& session);
-  void end_server_session(Session& session);
+  void end_server_session(Session& session, SessionEvent event, SmErr why);
   void notify(SessionNum sn, SessionEvent event, SmErr err);
+  void notify_server(const Session& session, SessionEvent event, SmErr err);
   void run_continuation(ContinuationFn& cont, const Completion& completion) noexcept;
   void end_request_early(ClientSlot& slot, Errc errc);
   void fail_backlog_entries(Session& session, std::vector<BacklogEntry>& entries, Errc errc);

@@ -135,22 +135,40 @@ void RpcImpl::add_tombstone(uint64_t token) {
 }
 
 // No events from ~Rpc: the application is tearing the Rpc down.
+namespace {
+
+// Runs an application's session callback: an exception from it is caught,
+// logged and counted, and the Rpc carries on.
+template <typename Fn, typename... Args>
+void run_session_callback(const Fn& fn, RpcStats& stats, RpcId rpc_id, SessionNum sn,
+                          Args&&... args) noexcept {
+  try {
+    fn(std::forward<Args>(args)...);
+  } catch (const std::exception& e) {
+    stats.callback_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: a session callback threw for session {}: {}", rpc_id, sn, e.what());
+  } catch (...) {
+    stats.callback_exceptions++;
+    RPC_LOG_ERROR("Rpc {}: a session callback threw for session {}", rpc_id, sn);
+  }
+}
+
+}  // namespace
+
 void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
   if (event == SessionEvent::kConnectFailed) {
     connect_failures_++;
     last_connect_failure_ = {sn, err};
   }
   if (!config_.session_callback || destroying_) return;
-  try {
-    config_.session_callback(sn, event, err);
-  } catch (const std::exception& e) {
-    stats_.callback_exceptions++;
-    RPC_LOG_ERROR("Rpc {}: the session callback threw for session {}: {}", config_.rpc_id, sn,
-                  e.what());
-  } catch (...) {
-    stats_.callback_exceptions++;
-    RPC_LOG_ERROR("Rpc {}: the session callback threw for session {}", config_.rpc_id, sn);
-  }
+  run_session_callback(config_.session_callback, stats_, config_.rpc_id, sn, sn, event, err);
+}
+
+void RpcImpl::notify_server(const Session& session, SessionEvent event, SmErr err) {
+  if (!config_.server_session_callback || destroying_) return;
+  run_session_callback(config_.server_session_callback, stats_, config_.rpc_id, session.local_num,
+                       ServerSessionEvent{session.local_num, event, err, session.remote_rpc_id,
+                                          session.remote_nexus.to_string()});
 }
 
 // The one place continuations run. The request's state is final before
@@ -220,8 +238,10 @@ void RpcImpl::disconnect_client_session(Session& session) {
 
 // A server session whose client is gone: freed now, or once the handlers
 // that still hold its slots (deferred responses) have responded.
-void RpcImpl::end_server_session(Session& session) {
+// The client ended the session (kDisconnected) or failed (kReset).
+void RpcImpl::end_server_session(Session& session, SessionEvent event, SmErr why) {
   if (session.state == SessionState::kDraining) return;
+  notify_server(session, event, why);
   if (session.pending_handlers > 0) {
     set_state(session, SessionState::kDraining);
     return;

@@ -135,6 +135,7 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   server_sessions_by_token_[m.token] = s->local_num;
   stats_.sessions_created++;
   send_sm_resp(m, d.from, SmErr::kNone, s->local_num, s);
+  notify_server(*s, SessionEvent::kConnected, SmErr::kNone);
 }
 
 void RpcImpl::handle_connect_resp(const SmDelivery& d) {
@@ -224,7 +225,7 @@ void RpcImpl::handle_disconnect_req(const SmDelivery& d) {
     return send_sm_resp(m, d.from, SmErr::kInvalidSession, sn);
   }
   send_sm_resp(m, d.from, SmErr::kNone, sn);
-  end_server_session(*s);
+  end_server_session(*s, SessionEvent::kDisconnected, SmErr::kNone);
 }
 
 void RpcImpl::handle_disconnect_resp(const SmDelivery& d) {

@@ -26,7 +26,10 @@ enum class RespStatus : uint8_t {
   kOk = 0,
   kNoHandler = 1,      // the server has no handler for req_type
   kHandlerFailed = 2,  // the handler threw before responding
+  kAppError = 3,       // the handler answered with an application error: 4 bytes, little-endian
 };
+// The payload of a kAppError response: the code.
+inline constexpr size_t kAppErrorBytes = 4;
 
 inline constexpr uint8_t kPktMagic = 0xB;
 inline constexpr size_t kReqTypeBits = 8;
