@@ -23,13 +23,13 @@ int main() {
   rpc::MsgBuffer req = client.alloc_msg_buffer(32);  // registered, zero-copy
   rpc::MsgBuffer resp = client.alloc_msg_buffer(32);
   std::memset(req.data(), 'x', req.size());
-  int outcome = -1;        // the Errc, once the continuation ran
-  client.enqueue_request(  // may be queued before the session is connected
+  int outcome = -1;                           // the Errc, once the continuation ran
+  rpc::Errc queued = client.enqueue_request(  // may wait for the session to connect
       *sn, kEcho, req, resp,
-      [](rpc::Rpc&, const rpc::Completion& c) {  // runs on this thread
-        *static_cast<int*>(c.tag) = static_cast<int>(c.errc);
-      },
-      &outcome);
+      [&outcome](rpc::Rpc&, const rpc::Completion& c) {  // runs on this thread, once
+        outcome = static_cast<int>(c.errc);
+      });
+  if (queued != rpc::Errc::kOk) return 1;
   while (outcome < 0) {
     client.run_event_loop_once();
     server.run_event_loop_once();

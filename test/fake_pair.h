@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "manual_clock.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -122,8 +123,8 @@ struct Pair {
   }
   // Both Rpcs read the manual clock (manual_clock.h) from here on.
   void use_manual_clock() {
-    test::use_manual_clock(server->impl());
-    test::use_manual_clock(client->impl(), /*start_now=*/false);
+    test::use_manual_clock(impl_of(*server));
+    test::use_manual_clock(impl_of(*client), /*start_now=*/false);
   }
   // Moves the manual clock on by d and runs both loops a few times: the
   // first pass sees the jump, and the loss scan waits one pass after a loop
@@ -133,7 +134,7 @@ struct Pair {
     for (int i = 0; i < 4; i++) pump();
   }
   Session& server_session() {
-    Session* s = RpcImplTestAccess::session(server->impl(), 0);
+    Session* s = RpcImplTestAccess::session(impl_of(*server), 0);
     REQUIRE(s != nullptr);
     return *s;
   }

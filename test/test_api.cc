@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fake_pair.h"
+#include "rpc/impl_access.h"
 #include "test_util.h"
 #include "wire/pkt_hdr.h"
 
@@ -280,7 +281,8 @@ TEST_CASE("a request cancelled while its response is read runs its continuation 
   net.set_hold_bulk(true);
   Req r(*p.client, 32, kLarge);
   REQUIRE(r.send(*p.client, p.sn, kLargeResp) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 1; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 1; }));
   CHECK(p.client->cancel(r.id));
   p.pump_for(10ms);
   CHECK(r.runs == 0);  // the read still writes into r.resp
@@ -299,12 +301,14 @@ TEST_CASE(
   net.set_hold_bulk(true);
   Req r(*p.client, kLarge);
   REQUIRE(r.send(*p.client, p.sn, kEcho) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 1; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.server)) == 1; }));
   CHECK(p.client->cancel(r.id));
   CHECK(r.runs == 1);
   CHECK(net.num_exposures() == 0);  // the request buffer is the application's again
   net.set_hold_bulk(false);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 0; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.server)) == 0; }));
   CHECK(p.server->stats().bulk_reads_failed == 1);
   CHECK(p.server->stats().handlers_run == 0);
   // and the session carries on
@@ -358,7 +362,7 @@ TEST_CASE("a handler may answer with an application error, from either thread") 
 
 TEST_CASE("an application-error packet of any other shape is dropped as a bad header") {
   Pair p;
-  RpcImpl& impl = p.client->impl();
+  RpcImpl& impl = impl_of(*p.client);
   auto hdr = [](uint32_t size, bool bulk, uint16_t pkt_num) {
     return PktHdr::make(PktType::kResp, 1, size, 0, pkt_num, 8, bulk, RespStatus::kAppError);
   };
@@ -394,9 +398,9 @@ TEST_CASE("a server Rpc that asks is told of its sessions' connects, disconnects
   REQUIRE(sn2);
   REQUIRE(p.pump_until([&] { return p.client->is_connected(*sn2) && events.size() == 3; }));
   CHECK(events[2].event == SessionEvent::kConnected);
-  Session* s = RpcImplTestAccess::session(p.server->impl(), events[2].session_num);
+  Session* s = RpcImplTestAccess::session(impl_of(*p.server), events[2].session_num);
   REQUIRE(s != nullptr);
-  RpcImplTestAccess::remote_failed(p.server->impl(), s->remote_nexus, s->remote_incarnation);
+  RpcImplTestAccess::remote_failed(impl_of(*p.server), s->remote_nexus, s->remote_incarnation);
   REQUIRE(events.size() == 4);
   CHECK(events[3].event == SessionEvent::kReset);
   CHECK(events[3].reason == SmErr::kRemoteFailed);

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -48,7 +49,7 @@ uint16_t port_of_uri(const std::string& uri) {
 }
 
 uint16_t datapath_port(Rpc& rpc) {
-  return static_cast<UdpTransport&>(rpc.impl().transport()).local_port();
+  return static_cast<UdpTransport&>(impl_of(rpc).transport()).local_port();
 }
 
 // Resident set size of this process, from /proc/self/statm.
@@ -510,8 +511,8 @@ TEST_CASE("forged packets from the peer's own address cannot wedge or overflow a
   auto sn = client.create_session(nexus.uri(), 1);
   REQUIRE(sn);
   REQUIRE(run_all_until({&client, &server}, [&] { return client.is_connected(*sn); }));
-  const uint32_t client_ep = static_cast<FakeTransport&>(client.impl().transport()).endpoint();
-  const uint32_t server_ep = static_cast<FakeTransport&>(server.impl().transport()).endpoint();
+  const uint32_t client_ep = static_cast<FakeTransport&>(impl_of(client).transport()).endpoint();
+  const uint32_t server_ep = static_cast<FakeTransport&>(impl_of(server).transport()).endpoint();
   const size_t dpp = server.max_data_per_pkt();
   const RpcStats& s = server.stats();
   auto forge = [&](std::vector<uint8_t> bytes) {
@@ -530,7 +531,7 @@ TEST_CASE("forged packets from the peer's own address cannot wedge or overflow a
   };
 
   // Each session starts at its own request number (see first_req_num).
-  const Session* server_session = RpcImplTestAccess::session(server.impl(), 0);
+  const Session* server_session = RpcImplTestAccess::session(impl_of(server), 0);
   REQUIRE(server_session != nullptr);
   const uint64_t first = first_req_num(server_session->sm_token);
   // When a request number far ahead of what the slot expects arrives

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fake_pair.h"
+#include "rpc/impl_access.h"
 
 using namespace rpc;
 using namespace rpc::detail;
@@ -69,7 +70,8 @@ TEST_CASE("a response read in flight when its request fails holds back the conti
   net.set_hold_bulk(true);
   Call call(*p.client, 32, kLarge);
   REQUIRE(call.enqueue(*p.client, p.sn, kLargeResp) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 1; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 1; }));
   // When the application destroys the session
   REQUIRE(p.client->destroy_session(p.sn));
   p.pump_for(20ms);
@@ -86,7 +88,7 @@ TEST_CASE("a response read in flight when its request fails holds back the conti
   std::memset(call.resp.data(), 0xAB, kLarge);  // the application reuses it
   p.pump_for(20ms);
   CHECK(all_bytes(call.resp, kLarge, 0xAB));
-  CHECK(RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 0);
+  CHECK(RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 0);
   call.release(*p.client);
 }
 
@@ -97,8 +99,9 @@ TEST_CASE("a request that fails while the server reads it is revoked, and its ha
   net.set_hold_bulk(true);
   Call call(*p.client, kLarge);
   REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 1; }));
-  const size_t budget_held = RpcImplTestAccess::rx_budget_used(p.server->impl());
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.server)) == 1; }));
+  const size_t budget_held = RpcImplTestAccess::rx_budget_used(impl_of(*p.server));
   CHECK(budget_held >= kLarge);
   // When the client gives up on it (destroys the session): its continuation
   // runs at once, with the request buffer no longer exposed
@@ -112,14 +115,15 @@ TEST_CASE("a request that fails while the server reads it is revoked, and its ha
   // Expect: the server keeps the read's buffer (and its budget) until the
   // read is done; the late read then fails, and no handler runs on bytes
   // the client wrote after its request failed
-  CHECK(RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 1);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == budget_held);
+  CHECK(RpcImplTestAccess::bulk_reads_live(impl_of(*p.server)) == 1);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == budget_held);
   net.set_hold_bulk(false);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.server->impl()) == 0; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.server)) == 0; }));
   CHECK(p.server->stats().bulk_reads_failed == 1);
   CHECK(p.server->stats().bulk_reads_orphaned == 1);
   CHECK(p.server->stats().handlers_run == 0);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 0);
   call.release(*p.client);
 }
 
@@ -128,7 +132,8 @@ TEST_CASE("a request timing out mid-read completes once, after its read") {
   FakeNetwork::instance().set_hold_bulk(true);
   Call call(*p.client, 32, kLarge);
   REQUIRE(call.enqueue(*p.client, p.sn, kLargeResp) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 1; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 1; }));
   p.pump_for(150ms);  // well past the timeout
   CHECK(call.runs == 0);
   CHECK(p.client->stats().requests_timed_out == 1);
@@ -145,7 +150,8 @@ TEST_CASE("~Rpc waits for reads in flight, then cancels them and runs their cont
   FakeNetwork::instance().set_hold_bulk(true);
   Call call(*p.client, 32, kLarge);
   REQUIRE(call.enqueue(*p.client, p.sn, kLargeResp) == Errc::kOk);
-  REQUIRE(p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(p.client->impl()) == 1; }));
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 1; }));
   // When the client Rpc goes away with the read still held (it never
   // completes): ~Rpc gives it 2 s, then makes the transport cancel it
   p.client.reset();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc/impl_access.h"
 #include "transport/fabric/fabric_transport.h"
 #include "transport_test_util.h"
 
@@ -389,7 +390,7 @@ TEST_CASE("over fabric, every exposure ends with its transfer", "[fabric]") {
   INFO("provider " << provider);
   ConnectedPair p(fabric_config(provider));
   auto exposures = [](Rpc& rpc) {
-    return static_cast<FabricTransport&>(rpc.impl().transport()).num_exposures();
+    return static_cast<FabricTransport&>(impl_of(rpc).transport()).num_exposures();
   };
   REQUIRE(p.echo_ok(size_t{100} << 10, 3));
   // The client's request exposure ended with the request; the server's

@@ -14,6 +14,7 @@
 
 #include "death_test.h"
 #include "fake_pair.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -215,8 +216,8 @@ void inject_first_packet(Pair& p, size_t slot, uint32_t msg_size) {
   const PktHdr hdr =
       PktHdr::make(PktType::kReq, kEcho, msg_size, 0, 0, first_req_num(s.sm_token) + slot);
   FakePacket pkt;
-  pkt.src = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
-  pkt.dst = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  pkt.src = static_cast<FakeTransport&>(impl_of(*p.client).transport()).endpoint();
+  pkt.dst = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
   pkt.bytes.resize(kPktHeaderBytes + dpp, 0x5A);
   hdr.store(pkt.bytes.data());
   FakeNetwork::instance().send(pkt);
@@ -234,17 +235,17 @@ TEST_CASE("a peer cannot make a server hold more than its receive budget") {
   for (size_t i = 0; i < kSessionReqWindow; i++) inject_first_packet(p, i, 4096);
   for (int i = 0; i < 10; i++) p.server->run_event_loop_once();
   // Expect two to be held (8 KiB), six dropped and counted
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 8192);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 8192);
   CHECK(p.server->stats().drops.rx_budget == 6);
   // and the held ones kept until the timeout
   p.advance(49ms);
   CHECK(p.server->stats().partial_requests_abandoned == 0);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 8192);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 8192);
   // then dropped, and their memory returned, at the first loss scan after
   // it (scans run every half RTO: 2.5 ms by default)
   p.advance(3ms);
   CHECK(p.server->stats().partial_requests_abandoned == 2);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 0);
 }
 
 TEST_CASE("requests beyond the receive budget wait their turn and complete") {
@@ -277,7 +278,7 @@ TEST_CASE("requests beyond the receive budget wait their turn and complete") {
     c->release(*p.client);
   }
   CHECK(p.server->stats().drops.rx_budget > 0);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 0);
 }
 
 TEST_CASE("by default, two of the largest requests fit one session's receive budget at once") {
@@ -325,7 +326,7 @@ TEST_CASE("two buffers of the largest message are kept for reuse when freed") {
 TEST_CASE("a connect request replayed after its session ended builds nothing") {
   Pair p;
   // The connect request, as the client sent it
-  const Session* cs = RpcImplTestAccess::session(p.client->impl(), p.sn);
+  const Session* cs = RpcImplTestAccess::session(impl_of(*p.client), p.sn);
   REQUIRE(cs != nullptr);
   SmMsg m;
   m.type = SmMsgType::kConnectReq;
@@ -335,7 +336,7 @@ TEST_CASE("a connect request replayed after its session ended builds nothing") {
   m.client_session_num = p.sn;
   m.token = cs->sm_token;
   m.incarnation = 0x1234;
-  p.client->impl().transport().fill_local_routing_info(m.routing);
+  impl_of(*p.client).transport().fill_local_routing_info(m.routing);
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = static_cast<uint32_t>(p.client->max_data_per_pkt());
   const NetAddr client_nexus = p.server_session().remote_nexus;
@@ -343,7 +344,7 @@ TEST_CASE("a connect request replayed after its session ended builds nothing") {
   REQUIRE(p.client->destroy_session(p.sn));
   REQUIRE(p.pump_until([&] { return p.server->num_active_sessions() == 0; }));
   // and its connect request is replayed
-  RpcImplTestAccess::deliver_sm(p.server->impl(), m, client_nexus);
+  RpcImplTestAccess::deliver_sm(impl_of(*p.server), m, client_nexus);
   // Expect it refused: no new session
   CHECK(p.server->num_active_sessions() == 0);
   CHECK(p.server->stats().sm_replays_refused == 1);
@@ -359,7 +360,7 @@ TEST_CASE("a flood of session-management requests to a non-polling Rpc is capped
   from.port = 9;
   for (uint64_t i = 0; i < 5000; i++) {
     m.token = i + 1;
-    p.server->impl().sm_deliver(m, from);
+    impl_of(*p.server).sm_deliver(m, from);
   }
   p.server->run_event_loop_once();
   CHECK(p.server->stats().sm_requests_dropped == 5000 - kMaxQueuedSmRequests);
@@ -454,14 +455,15 @@ TEST_CASE("a failed bulk read of a response is retried without touching the cred
       now_inject.swap(to_inject);
     }
     for (auto& pkt : now_inject) FakeNetwork::instance().send(pkt);
-    const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
+    const Session* s = RpcImplTestAccess::session(impl_of(*p.client), p.sn);
     REQUIRE(s->credits <= s->max_credits);
     return call.runs > 0;
   }));
   CHECK(corrupted == 1);
   CHECK(call.errc == Errc::kOk);
   CHECK(check_pattern(call.resp, 20000, 5));
-  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->credits == RpcConfig{}.session_credits);
+  CHECK(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->credits ==
+        RpcConfig{}.session_credits);
   CHECK(p.client->stats().retransmissions == 0);  // retried at once, not after an RTO
 }
 
@@ -501,8 +503,8 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   auto send_pkt = [&](uint16_t pkt_num) {
     const PktHdr hdr = PktHdr::make(PktType::kReq, kEcho, msg_size, 0, pkt_num, req_num);
     FakePacket pkt;
-    pkt.src = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
-    pkt.dst = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+    pkt.src = static_cast<FakeTransport&>(impl_of(*p.client).transport()).endpoint();
+    pkt.dst = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
     pkt.bytes.resize(kPktHeaderBytes + dpp, 0x5A);
     hdr.store(pkt.bytes.data());
     FakeNetwork::instance().send(pkt);
@@ -522,7 +524,7 @@ TEST_CASE("a request trickled in slower than the minimum rate is dropped") {
   }
   // and its budget returned before it completes
   CHECK(p.server->stats().partial_requests_abandoned == 1);
-  CHECK(RpcImplTestAccess::rx_budget_used(p.server->impl()) == 0);
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 0);
   CHECK(p.server->stats().handlers_run == 0);
 }
 
@@ -601,7 +603,7 @@ TEST_CASE(
   Pair p(RpcConfig{.mtu_bytes = 256},
          RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
   p.use_manual_clock();
-  const uint32_t server_ep = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  const uint32_t server_ep = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
   // Runs a 60-packet echo (more than the 32 credits, below the bulk
   // threshold) whose credit returns come `late` after the request's first
   // packets, then lets it go on without time passing.
@@ -653,7 +655,7 @@ TEST_CASE("a request paced at congestion control's minimum rate is not dropped a
   Pair p(RpcConfig{.mtu_bytes = 256, .partial_request_timeout_ms = 50},
          RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
   p.use_manual_clock();
-  const uint32_t client_ep = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+  const uint32_t client_ep = static_cast<FakeTransport&>(impl_of(*p.client).transport()).endpoint();
   // When every packet of a 60-packet echo is lost until timeouts in a row
   // have cut its session to the minimum rate (twice kMinRxBytesPerSec for
   // each of its kSessionReqWindow slots)
@@ -688,7 +690,7 @@ TEST_CASE("a request the server abandoned in part is sent again from its first p
   Pair p(RpcConfig{.mtu_bytes = 256, .partial_request_timeout_ms = 50},
          RpcConfig{.mtu_bytes = 256, .request_timeout_ms = 5000});
   p.use_manual_clock();
-  const uint32_t client_ep = static_cast<FakeTransport&>(p.client->impl().transport()).endpoint();
+  const uint32_t client_ep = static_cast<FakeTransport&>(impl_of(*p.client).transport()).endpoint();
   // When a 60-packet echo loses every packet after its first ten for 200 ms
   const size_t size = p.client->max_data_per_pkt() * 60;
   Call call(*p.client, size);
@@ -720,8 +722,8 @@ TEST_CASE(
   // Given a client with congestion control (the default) and 32 credits,
   // whose server's answers are held back
   Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256});
-  REQUIRE(RpcImplTestAccess::session(p.client->impl(), p.sn)->max_credits == 32);
-  const uint32_t server_ep = static_cast<FakeTransport&>(p.server->impl().transport()).endpoint();
+  REQUIRE(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->max_credits == 32);
+  const uint32_t server_ep = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
   FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
     return pkt.src == server_ep ? FakeVerdict::kHold : FakeVerdict::kDeliver;
   });
@@ -746,7 +748,7 @@ TEST_CASE(
   REQUIRE(p.pump_until([&] { return call.runs == 1; }));
   CHECK(call.errc == Errc::kOk);
   CHECK(check_pattern(call.resp, size, size));
-  const Session* s = RpcImplTestAccess::session(p.client->impl(), p.sn);
+  const Session* s = RpcImplTestAccess::session(impl_of(*p.client), p.sn);
   CHECK(s->withheld_credits == 0);
   CHECK(s->credits == 32);
   call.release(*p.client);
@@ -810,7 +812,7 @@ TEST_CASE("with congestion control, a handler slower than the RTO ends the initi
   // (a timeout is taken for a loss), and the window opened all the same
   CHECK(p.client->stats().retransmissions >= 10);
   CHECK(p.client->session_stats(p.sn)->cc_rate_mbps < 10'000);
-  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->withheld_credits == 0);
+  CHECK(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->withheld_credits == 0);
 }
 
 TEST_CASE("with congestion control and an RTO above the handler's time, the rate stays full") {
@@ -820,5 +822,5 @@ TEST_CASE("with congestion control and an RTO above the handler's time, the rate
   run_slow_requests(p);
   CHECK(p.client->stats().retransmissions == 0);
   CHECK(p.client->session_stats(p.sn)->cc_rate_mbps == 10'000);
-  CHECK(RpcImplTestAccess::session(p.client->impl(), p.sn)->withheld_credits == 0);
+  CHECK(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->withheld_credits == 0);
 }

@@ -23,6 +23,7 @@
 
 #include "nexus/nexus_impl.h"
 #include "nexus/sm_thread.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -135,7 +136,7 @@ struct WatchedRemote {
       .uri = "127.0.0.1:0", .sm_retry_ms = 20, .sm_timeout_ms = 300, .failure_timeout_ms = 10000}};
   uint32_t max_data_per_pkt = 0;
   ServerThread server{nexus, RpcConfig{.rpc_id = 1}, ServerHooks{.on_start = [this](Rpc& rpc) {
-                        max_data_per_pkt = static_cast<uint32_t>(rpc.impl().max_data_per_pkt());
+                        max_data_per_pkt = static_cast<uint32_t>(impl_of(rpc).max_data_per_pkt());
                       }}};
   SmSock remote;
   uint16_t sm_port = port_of_uri(nexus.uri());
@@ -252,7 +253,7 @@ TEST_CASE("a Nexus answers a probe with the nonce and its incarnation") {
   const auto resp = sock.recv(SmMsgType::kProbeResp, 2s);
   REQUIRE(resp.has_value());
   CHECK(resp->token == probe.token);
-  CHECK(resp->incarnation == nexus.impl().incarnation());
+  CHECK(resp->incarnation == impl_of(nexus).incarnation());
   CHECK(nexus.stats().probes_answered == 1);
 }
 
@@ -369,13 +370,13 @@ TEST_CASE("a session reset is retransmitted until answered and its answer is con
   reset.client_session_num = 4;
   reset.server_session_num = 7;
   reset.token = 0x5E55;
-  nexus.impl().sm_send_session_reset(reset, client.addr());
+  impl_of(nexus).sm_send_session_reset(reset, client.addr());
   // Expect the request, then its retransmission
   const auto first = client.recv(SmMsgType::kSessionResetReq, 2s);
   REQUIRE(first.has_value());
   CHECK(first->token == reset.token);
   CHECK(first->err == SmErr::kRemoteRpcGone);
-  CHECK(first->incarnation == nexus.impl().incarnation());
+  CHECK(first->incarnation == impl_of(nexus).incarnation());
   REQUIRE(client.recv(SmMsgType::kSessionResetReq, 1s).has_value());
   // When the client answers
   SmMsg resp = *first;
@@ -420,9 +421,9 @@ TEST_CASE("an abandoned connect is not delivered and its session is disconnected
   // Given a connect the client's Nexus was told to abandon
   auto sn = client.create_session(server_nexus.uri(), 1);
   REQUIRE(sn);
-  const Session* s = RpcImplTestAccess::session(client.impl(), *sn);
+  const Session* s = RpcImplTestAccess::session(impl_of(client), *sn);
   REQUIRE(s != nullptr);
-  client_nexus.impl().sm_abandon_connect(s->sm_token);
+  impl_of(client_nexus).sm_abandon_connect(s->sm_token);
   // When the server accepts it
   REQUIRE(run_until(
       server, [&] { return server.num_active_sessions() == 1; }, 5s));

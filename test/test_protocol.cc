@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "manual_clock.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -32,7 +33,7 @@ void counting_echo(ReqHandle& h) {
 PktHdr hdr_of(const FakePacket& p) { return PktHdr::load(p.bytes.data()); }
 
 uint32_t endpoint_of(Rpc& rpc) {
-  return static_cast<FakeTransport&>(rpc.impl().transport()).endpoint();
+  return static_cast<FakeTransport&>(impl_of(rpc).transport()).endpoint();
 }
 
 // A client and a server Rpc over `fake` in one thread, with one session.
@@ -106,7 +107,7 @@ struct EndedSession {
 
 // The disconnect request the client sends to end `client_sn`.
 SmMsg disconnect_req_for(Rpc& client, SessionNum client_sn) {
-  const Session* s = RpcImplTestAccess::session(client.impl(), client_sn);
+  const Session* s = RpcImplTestAccess::session(impl_of(client), client_sn);
   REQUIRE(s != nullptr);
   SmMsg m;
   m.type = SmMsgType::kDisconnectReq;
@@ -129,7 +130,7 @@ EndedSession end_and_reconnect(FakePair& f) {
   const auto pkts = FakeNetwork::instance().captured();
   FakeNetwork::instance().clear_captured();
   REQUIRE(pkts.size() == 2);
-  const Session* server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  const Session* server_end = RpcImplTestAccess::session(impl_of(*f.server), 0);
   REQUIRE(server_end != nullptr);
   EndedSession old{pkts[0], pkts[1], disconnect_req_for(*f.client, f.sn), server_end->remote_nexus};
   REQUIRE(hdr_of(old.req).pkt_type() == PktType::kReq);
@@ -146,7 +147,7 @@ EndedSession end_and_reconnect(FakePair& f) {
   REQUIRE(f.pump_until([&] { return f.client->is_connected(f.sn); }));
   // The new session has the old one's numbers at both ends.
   REQUIRE(f.sn == old_sn);
-  server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  server_end = RpcImplTestAccess::session(impl_of(*f.server), 0);
   REQUIRE(server_end != nullptr);
   REQUIRE(server_end->remote_num == f.sn);
   REQUIRE(hdr_of(old.req).dest_session_num() == 0);
@@ -214,8 +215,8 @@ struct HeldCreditEcho {
     // The time stands still from here on: while the credit returns are
     // held no RTO may fire, however slow the machine (under TSan one did,
     // and the client resent all it had sent).
-    use_manual_clock(f.client->impl());
-    use_manual_clock(f.server->impl(), /*start_now=*/false);
+    use_manual_clock(impl_of(*f.client));
+    use_manual_clock(impl_of(*f.server), /*start_now=*/false);
     const uint32_t server_ep = endpoint_of(*f.server);
     FakeNetwork::instance().set_capture(true);
     FakeNetwork::instance().set_filter([server_ep](const FakePacket& p) {
@@ -235,7 +236,7 @@ TEST_CASE("a credit return answers every request packet up to its own, never pas
   const uint32_t server_ep = endpoint_of(*f.server);
   // Given a request stopped by held credit returns, 32 packets in flight
   HeldCreditEcho echo(f, 9);
-  const Session* s = RpcImplTestAccess::session(f.client->impl(), f.sn);
+  const Session* s = RpcImplTestAccess::session(impl_of(*f.client), f.sn);
   REQUIRE(s->credits == 0);
   const ClientSlot& slot = s->cslots[0];
   REQUIRE(slot.active);
@@ -322,8 +323,8 @@ TEST_CASE("a lost response is resent from the cache after the RTO and the handle
 
 TEST_CASE("with a manual clock, a lost response is resent when the RTO has passed, not before") {
   FakePair f(256, /*rto_us=*/2000);
-  use_manual_clock(f.client->impl());
-  use_manual_clock(f.server->impl(), /*start_now=*/false);
+  use_manual_clock(impl_of(*f.client));
+  use_manual_clock(impl_of(*f.server), /*start_now=*/false);
   int responses_dropped = 0;
   // Given the first response packet is lost
   drop_first_response(f, responses_dropped);
@@ -419,8 +420,8 @@ TEST_CASE("credits bound the packets a client has in flight on a session") {
   CAPTURE(c.client, c.server);
   FakePair f(256, 2000, c.client, c.server);
   // Expect both ends of the session to hold the smaller
-  CHECK(RpcImplTestAccess::session(f.client->impl(), f.sn)->max_credits == c.agreed);
-  CHECK(RpcImplTestAccess::session(f.server->impl(), 0)->max_credits == c.agreed);
+  CHECK(RpcImplTestAccess::session(impl_of(*f.client), f.sn)->max_credits == c.agreed);
+  CHECK(RpcImplTestAccess::session(impl_of(*f.server), 0)->max_credits == c.agreed);
   const size_t credits = c.agreed;
   // Given a 60-packet echo with the server's credit returns held
   HeldCreditEcho echo(f, 7);
@@ -476,7 +477,7 @@ TEST_CASE("malformed packets are dropped and counted by reason") {
   FakePair f;
   FakeTransport intruder(RpcConfig{.transport = "fake", .mtu_bytes = 256});
   RoutingInfo to_server;
-  f.server->impl().transport().fill_local_routing_info(to_server);
+  impl_of(*f.server).transport().fill_local_routing_info(to_server);
   auto send_raw = [&](const std::vector<uint8_t>& bytes) {
     const uint8_t* data = bytes.size() > kPktHeaderBytes ? bytes.data() + kPktHeaderBytes : nullptr;
     std::vector<uint8_t> hdr(kPktHeaderBytes, 0);
@@ -650,12 +651,12 @@ TEST_CASE("a session whose request numbers wrap keeps working") {
   // Given the session's slots are just below the top of the request-number
   // space at both ends (where a session may start, as the first number is
   // random)
-  Session* client_end = RpcImplTestAccess::session(f.client->impl(), f.sn);
-  Session* server_end = RpcImplTestAccess::session(f.server->impl(), client_end->remote_num);
+  Session* client_end = RpcImplTestAccess::session(impl_of(*f.client), f.sn);
+  Session* server_end = RpcImplTestAccess::session(impl_of(*f.server), client_end->remote_num);
   REQUIRE(client_end != nullptr);
   REQUIRE(server_end != nullptr);
   const uint64_t first = (kReqNumMask + 1) - 2 * kSessionReqWindow;
-  RpcImplTestAccess::alloc_server_slots(f.server->impl(), *server_end);
+  RpcImplTestAccess::alloc_server_slots(impl_of(*f.server), *server_end);
   for (size_t i = 0; i < kSessionReqWindow; i++) {
     client_end->cslots[i].next_req_num = first + i;
     server_end->sslots[i].req_num = first + i;
@@ -670,21 +671,21 @@ TEST_CASE("a session whose request numbers wrap keeps working") {
 
 TEST_CASE("a disconnect is obeyed only with the token of the connect that made the session") {
   FakePair f;
-  const Session* server_end = RpcImplTestAccess::session(f.server->impl(), 0);
+  const Session* server_end = RpcImplTestAccess::session(impl_of(*f.server), 0);
   REQUIRE(server_end != nullptr);
   const NetAddr client_nexus = server_end->remote_nexus;
   SmMsg m = disconnect_req_for(*f.client, f.sn);
   // When a disconnect with the right numbers and sender but another token
   // reaches the server
   m.token ^= 1;
-  RpcImplTestAccess::deliver_sm(f.server->impl(), m, client_nexus);
+  RpcImplTestAccess::deliver_sm(impl_of(*f.server), m, client_nexus);
   // Expect it refused and the session kept
   CHECK(f.server->stats().sm_refused == 1);
   CHECK(f.server->num_active_sessions() == 1);
   CHECK(f.echo(32, 40).errc == Errc::kOk);
   // and the right token to end it
   m.token ^= 1;
-  RpcImplTestAccess::deliver_sm(f.server->impl(), m, client_nexus);
+  RpcImplTestAccess::deliver_sm(impl_of(*f.server), m, client_nexus);
   CHECK(f.server->num_active_sessions() == 0);
 }
 
@@ -693,7 +694,7 @@ TEST_CASE(
   FakePair f;
   const EndedSession old = end_and_reconnect(f);
   // When the old session's disconnect arrives again (a retransmission)
-  RpcImplTestAccess::deliver_sm(f.server->impl(), old.disconnect, old.client_nexus);
+  RpcImplTestAccess::deliver_sm(impl_of(*f.server), old.disconnect, old.client_nexus);
   // Expect the new session, which has the same numbers at both ends, kept
   CHECK(f.server->num_active_sessions() == 1);
   CHECK(f.echo(32, 41).errc == Errc::kOk);

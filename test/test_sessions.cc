@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc/impl_access.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
 
@@ -210,7 +211,7 @@ TEST_CASE("a client reserves the credits it asks for and keeps what the server g
   auto third = client.create_session(nexus.uri(), 1);
   REQUIRE(third);
   using rpc::detail::RpcImplTestAccess;
-  CHECK(RpcImplTestAccess::session(client.impl(), *third)->max_credits ==
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), *third)->max_credits ==
         rpc::detail::kMinSessionCredits);
   CHECK(client.stats().ring_entries_reserved == 128);
   CHECK(client.stats().ring_credits_overcommitted == rpc::detail::kMinSessionCredits);
@@ -218,13 +219,13 @@ TEST_CASE("a client reserves the credits it asks for and keeps what the server g
   REQUIRE(run_until(client, [&] {
     return client.is_connected(*a) && client.is_connected(*b) && client.is_connected(*third);
   }));
-  CHECK(RpcImplTestAccess::session(client.impl(), *a)->max_credits == 16);
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), *a)->max_credits == 16);
   CHECK(client.stats().ring_entries_reserved == 32);
   auto c = client.create_session(nexus.uri(), 1);
   REQUIRE(c);
   REQUIRE(run_until(client, [&] { return client.is_connected(*c); }));
-  CHECK(RpcImplTestAccess::session(client.impl(), *c)->max_credits == 16);
-  CHECK(RpcImplTestAccess::session(client.impl(), *c)->ring_entries == 16);
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), *c)->max_credits == 16);
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), *c)->ring_entries == 16);
   // A large echo works within 16 credits
   EchoCall call;
   REQUIRE(call.prepare(client, 60000, *c));
@@ -258,8 +259,8 @@ TEST_CASE("a server with RX ring room for two sessions admits a third beyond it,
   CHECK(wait_until([&] { return server.num_active_sessions() == 3; }));
   // The third got the minimum: its credits hold no ring entry at the server
   using rpc::detail::RpcImplTestAccess;
-  CHECK(RpcImplTestAccess::session(client.impl(), sessions[0])->max_credits == 32);
-  CHECK(RpcImplTestAccess::session(client.impl(), sessions[2])->max_credits ==
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), sessions[0])->max_credits == 32);
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), sessions[2])->max_credits ==
         rpc::detail::kMinSessionCredits);
 
   // All three work, and freeing one makes room again.
@@ -281,7 +282,7 @@ TEST_CASE("a server with RX ring room for two sessions admits a third beyond it,
   REQUIRE(run_until(client, [&] { return finished(*again); }));
   CHECK(ev.has(*again, SessionEvent::kConnected));
   CHECK(client.is_connected(*again));
-  CHECK(RpcImplTestAccess::session(client.impl(), *again)->max_credits == 32);
+  CHECK(RpcImplTestAccess::session(detail::impl_of(client), *again)->max_credits == 32);
   CHECK(wait_until([&] { return server.num_active_sessions() == 3; }));
   server.stop();
   CHECK(server.final_stats().sm_refused == 0);

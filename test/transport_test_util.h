@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "test_util.h"
 #include "transport/transport.h"
@@ -130,7 +131,7 @@ struct ConnectedPair {
   // the server's session 0; returns once the server has received it.
   void send_forged_request(detail::Transport& intruder) {
     detail::RoutingInfo to_server;
-    server->impl().transport().fill_local_routing_info(to_server);
+    detail::impl_of(*server).transport().fill_local_routing_info(to_server);
     REQUIRE(intruder.resolve_remote_routing_info(to_server));
     TxBuffer buf(intruder, 64);
     detail::PktHdr::make(detail::PktType::kReq, kEcho, 8, 0, 0, 0).store(buf.bytes.data());

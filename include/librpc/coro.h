@@ -273,7 +273,7 @@ Task<void> run_coroutine_handler(F& handler, ReqHandle& handle) {
 }  // namespace detail
 
 template <typename F>
-requires detail::ReturnsTask<F> Result<bool> Nexus::register_handler(ReqType req_type, F handler,
+requires detail::ReturnsTask<F> Result<void> Nexus::register_handler(ReqType req_type, F handler,
                                                                      HandlerMode mode) {
   if (mode != HandlerMode::kForeground) {
     return Failure{"register_handler: a coroutine handler runs in the foreground only"};

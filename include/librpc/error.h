@@ -15,22 +15,23 @@
 namespace rpc {
 
 // Outcome of a request, reported to its continuation (or returned by
-// enqueue_request when the request is refused before it is queued).
-enum class Errc : uint8_t {
-  kOk = 0,
-  kInvalidSession,        // no such session on this Rpc
-  kSessionConnectFailed,  // the session could not be connected
-  kSessionDestroyed,      // destroy_session() was called with the request outstanding
-  kSessionReset,          // the remote failed; the session was reset
-  kMsgTooLarge,           // the request exceeds the maximum message size
-  kRespBufferTooSmall,    // the response does not fit in the response buffer
-  kNoHandler,             // the server has no handler for this request type
-  kInvalidArgument,       // e.g. an unallocated MsgBuffer
-  kHandlerFailed,         // the server's handler threw; no response was produced
-  kTimedOut,              // past RequestOptions::timeout (the session lives on), or no progress for
-                          // RpcConfig::request_timeout_ms (the session was reset)
-  kCancelled,             // Rpc::cancel() was called for the request
-  kAppError,              // the handler answered with an application error: Completion::app_error
+// enqueue_request when the request is refused before it is queued: a
+// return value the compiler will not let you ignore).
+enum class [[nodiscard]] Errc : uint8_t{
+    kOk = 0,
+    kInvalidSession,        // no such session on this Rpc
+    kSessionConnectFailed,  // the session could not be connected
+    kSessionDestroyed,      // destroy_session() was called with the request outstanding
+    kSessionReset,          // the remote failed; the session was reset
+    kMsgTooLarge,           // the request exceeds the maximum message size
+    kRespBufferTooSmall,    // the response does not fit in the response buffer
+    kNoHandler,             // the server has no handler for this request type
+    kInvalidArgument,       // e.g. an unallocated MsgBuffer
+    kHandlerFailed,         // the server's handler threw; no response was produced
+    kTimedOut,   // past RequestOptions::timeout (the session lives on), or no progress for
+                 // RpcConfig::request_timeout_ms (the session was reset)
+    kCancelled,  // Rpc::cancel() was called for the request
+    kAppError,   // the handler answered with an application error: Completion::app_error
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);
@@ -75,6 +76,23 @@ class [[nodiscard]] Result {
 
  private:
   std::variant<T, Failure> state_;
+};
+
+// Success with nothing to return, or a Failure.
+template <>
+class [[nodiscard]] Result<void> {
+ public:
+  Result() = default;
+  Result(Failure failure) : failure_(std::move(failure)), ok_(false) {}  // NOLINT(implicit)
+
+  bool has_value() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  // REQUIRES: !has_value()
+  const std::string& error() const { return failure_.message; }
+
+ private:
+  Failure failure_;
+  bool ok_ = true;
 };
 
 }  // namespace rpc

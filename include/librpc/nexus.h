@@ -31,6 +31,7 @@ class Task;
 
 namespace detail {
 class NexusImpl;
+struct ImplAccess;
 // A handler written as a coroutine (librpc/coro.h).
 template <typename F>
 concept ReturnsTask = std::is_same_v<std::invoke_result_t<F&, ReqHandle&>, Task<void>>;
@@ -51,7 +52,7 @@ class RPC_EXPORT Nexus {
   // on this Nexus yet (the table is copied into each Rpc). Fails when a
   // handler is already registered for req_type, or when kBackground is asked
   // of a Nexus with no background threads.
-  [[nodiscard]] Result<bool> register_handler(ReqType req_type, ReqHandler handler,
+  [[nodiscard]] Result<void> register_handler(ReqType req_type, ReqHandler handler,
                                               HandlerMode mode = HandlerMode::kForeground);
   // Registers a handler written as a coroutine: a callable taking
   // ReqHandle& and returning rpc::Task<void> (defined in librpc/coro.h,
@@ -67,7 +68,7 @@ class RPC_EXPORT Nexus {
   // with the Rpc.
   template <typename F>
   requires detail::ReturnsTask<F>
-  [[nodiscard]] Result<bool> register_handler(ReqType req_type, F handler,
+  [[nodiscard]] Result<void> register_handler(ReqType req_type, F handler,
                                               HandlerMode mode = HandlerMode::kForeground);
 
   // "host:port" this Nexus listens on (with the real port if 0 was asked).
@@ -78,10 +79,9 @@ class RPC_EXPORT Nexus {
   // as a whole.
   NexusStats stats() const;
 
-  detail::NexusImpl& impl() { return *impl_; }
-
  private:
-  Result<bool> register_coroutine_handler(ReqType req_type, ReqHandler spawner);
+  friend struct detail::ImplAccess;  // the library's own code, and its tests
+  Result<void> register_coroutine_handler(ReqType req_type, ReqHandler spawner);
   std::unique_ptr<detail::NexusImpl> impl_;
 };
 

@@ -34,7 +34,8 @@ namespace rpc {
 
 namespace detail {
 class RpcImpl;
-}
+struct ImplAccess;
+}  // namespace detail
 
 class Rpc;
 class CallAwaiter;
@@ -75,7 +76,7 @@ class RPC_EXPORT Rpc {
   // Fails the session's outstanding requests with kSessionDestroyed and
   // disconnects it; the callback reports kDisconnected. Fails for an
   // unknown session.
-  [[nodiscard]] Result<bool> destroy_session(SessionNum session_num);
+  [[nodiscard]] Result<void> destroy_session(SessionNum session_num);
   bool is_connected(SessionNum session_num) const;
   // Counters of one session (client or server end); nullptr if unknown.
   const SessionStats* session_stats(SessionNum session_num) const;
@@ -171,9 +172,8 @@ class RPC_EXPORT Rpc {
   // port and GID index, and why that GID. Empty on udp and fake.
   std::string transport_provider() const;
 
-  detail::RpcImpl& impl() { return *impl_; }
-
  private:
+  friend struct detail::ImplAccess;  // the library's own code, and its tests
   std::unique_ptr<detail::RpcImpl> impl_;
 };
 

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "librpc/callback.h"
+#include "librpc/error.h"
 #include "librpc/export.h"
 
 namespace rpc {
@@ -60,7 +61,6 @@ RPC_EXPORT std::string_view to_string(SmErr err);
 
 class MsgBuffer;
 class Rpc;
-enum class Errc : uint8_t;  // its values: error.h
 
 // What a continuation is told about a finished request.
 struct Completion {

@@ -14,10 +14,10 @@ namespace rpc {
 Nexus::Nexus(const NexusConfig& config) : impl_(std::make_unique<detail::NexusImpl>(config)) {}
 Nexus::~Nexus() = default;
 
-Result<bool> Nexus::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
+Result<void> Nexus::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode) {
   return impl_->register_handler(req_type, std::move(handler), mode);
 }
-Result<bool> Nexus::register_coroutine_handler(ReqType req_type, ReqHandler spawner) {
+Result<void> Nexus::register_coroutine_handler(ReqType req_type, ReqHandler spawner) {
   return impl_->register_handler(req_type, std::move(spawner), HandlerMode::kForeground,
                                  /*keeps_request=*/true);
 }
@@ -77,7 +77,7 @@ NexusImpl::~NexusImpl() {
   bg_threads_.reset();
 }
 
-Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
+Result<void> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
                                          bool keeps_request) {
   if (handlers_frozen_.load()) {
     return Failure{"register_handler: handlers must be registered before any Rpc is created"};
@@ -91,7 +91,7 @@ Result<bool> NexusImpl::register_handler(ReqType req_type, ReqHandler handler, H
     return Failure{"register_handler: background mode needs NexusConfig::num_bg_threads > 0"};
   }
   handlers_[req_type] = HandlerEntry{std::move(handler), mode, true, keeps_request};
-  return true;
+  return {};
 }
 
 const std::array<HandlerEntry, 256>& NexusImpl::freeze_handlers() {
@@ -99,12 +99,12 @@ const std::array<HandlerEntry, 256>& NexusImpl::freeze_handlers() {
   return handlers_;
 }
 
-Result<bool> NexusImpl::register_rpc(RpcId id, RpcEndpoint* rpc) {
+Result<void> NexusImpl::register_rpc(RpcId id, RpcEndpoint* rpc) {
   if (id == kInvalidRpcId) return Failure{"rpc_id 255 is reserved"};
   std::lock_guard lock(registry_mutex_);
   if (rpcs_[id] != nullptr) return Failure{fmt::format("rpc_id {} is already in use", id)};
   rpcs_[id] = rpc;
-  return true;
+  return {};
 }
 
 void NexusImpl::unregister_rpc(RpcId id) {

@@ -44,13 +44,13 @@ class NexusImpl {
   // Nexus and would use it after it is freed).
   ~NexusImpl();
 
-  Result<bool> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
+  Result<void> register_handler(ReqType req_type, ReqHandler handler, HandlerMode mode,
                                 bool keeps_request = false);
   // Freezes the handler table (first Rpc) and returns it.
   const std::array<HandlerEntry, 256>& freeze_handlers();
 
   // Registry of Rpcs by rpc_id. register_rpc fails if taken.
-  Result<bool> register_rpc(RpcId id, RpcEndpoint* rpc);
+  Result<void> register_rpc(RpcId id, RpcEndpoint* rpc);
   void unregister_rpc(RpcId id);
   // Calls rpc->sm_deliver(msg, from) under the registry lock; false if no
   // Rpc has that id.

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "common/log.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 
 namespace rpc {
@@ -40,7 +41,7 @@ const char* what_of(std::exception_ptr e) {
 }  // namespace
 
 void report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept {
-  rpc.impl().count_task_exception(what_of(e));
+  impl_of(rpc).count_task_exception(what_of(e));
 }
 
 void RpcImpl::count_task_exception(const char* what) {
@@ -56,7 +57,7 @@ HandlerRun handler_run(ReqHandle& handle) noexcept {
 }
 
 void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept {
-  run.rpc->impl().handler_failed(run.session_num, run.slot_index, run.req_num, what_of(e));
+  impl_of(*run.rpc).handler_failed(run.session_num, run.slot_index, run.req_num, what_of(e));
 }
 
 }  // namespace detail

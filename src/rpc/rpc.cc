@@ -8,13 +8,14 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "nexus/nexus_impl.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "transport/registry.h"
 
 namespace rpc {
 
 Rpc::Rpc(Nexus& nexus, const RpcConfig& config)
-    : impl_(std::make_unique<detail::RpcImpl>(*this, nexus.impl(), config)) {}
+    : impl_(std::make_unique<detail::RpcImpl>(*this, detail::impl_of(nexus), config)) {}
 Rpc::~Rpc() = default;
 
 Result<SessionNum> Rpc::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
@@ -24,7 +25,7 @@ Result<SessionNum> Rpc::connect(const std::string& remote_uri, RpcId remote_rpc_
                                 std::chrono::milliseconds timeout) {
   return impl_->connect(remote_uri, remote_rpc_id, timeout);
 }
-Result<bool> Rpc::destroy_session(SessionNum sn) { return impl_->destroy_session(sn); }
+Result<void> Rpc::destroy_session(SessionNum sn) { return impl_->destroy_session(sn); }
 bool Rpc::is_connected(SessionNum sn) const { return impl_->is_connected(sn); }
 const SessionStats* Rpc::session_stats(SessionNum sn) const { return impl_->session_stats(sn); }
 size_t Rpc::num_active_sessions() const { return impl_->num_active_sessions(); }

@@ -123,7 +123,7 @@ class RpcImpl final : public RpcEndpoint {
   void count_task_exception(const char* what);  // coro.cc
   // A handler threw (or a coroutine handler, from coro.cc); req.cc.
   void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
-  Result<bool> destroy_session(SessionNum sn);
+  Result<void> destroy_session(SessionNum sn);
   bool is_connected(SessionNum sn) const;
   const SessionStats* session_stats(SessionNum sn) const;
   size_t num_active_sessions() const;

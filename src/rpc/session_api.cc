@@ -71,7 +71,7 @@ Result<SessionNum> RpcImpl::connect(const std::string& remote_uri, RpcId remote_
                              remote_uri, timeout.count())};
 }
 
-Result<bool> RpcImpl::destroy_session(SessionNum sn) {
+Result<void> RpcImpl::destroy_session(SessionNum sn) {
   RPC_CHECK_OWNER("destroy_session");
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) {
     return Failure{fmt::format("destroy_session: no session {}", sn)};
@@ -83,12 +83,12 @@ Result<bool> RpcImpl::destroy_session(SessionNum sn) {
   }
   if (s.state == SessionState::kConnected) {
     disconnect_client_session(s);
-    return true;
+    return {};
   }
   if (s.state == SessionState::kConnecting) {
     set_state(s, SessionState::kConnectingDoomed);  // ended when the connect answer arrives
     fail_client_requests(s, Errc::kSessionDestroyed);
-    return true;
+    return {};
   }
   return Failure{fmt::format("destroy_session: session {} is already being destroyed", sn)};
 }

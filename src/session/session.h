@@ -33,9 +33,13 @@ inline constexpr size_t kMaxSessionCredits = 65535;
 static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must be a power of 2");
 // A server takes a new request up to this many request numbers of its slot
 // beyond the next one: requests the client gave up (Rpc::cancel, a
-// deadline) before any of their packets arrived. A slot of a client that
-// gave up more in a row than this is stuck until request_timeout_ms.
-inline constexpr uint64_t kMaxReqsGivenUp = uint64_t{1} << 20;
+// deadline) before any of their packets arrived. Small, so that a packet
+// forged with the peer's address has about no chance of landing in the
+// window (request numbers start at a random 44-bit point) and wedging the
+// slot. A slot whose client gave up more than this many requests in a row
+// that the server never heard of (a long outage with short deadlines) is
+// stuck until request_timeout_ms resets the session.
+inline constexpr uint64_t kMaxReqsGivenUp = 64;
 // ClientSlot::rtt_sample_index when no packet is being timed.
 inline constexpr size_t kNoSample = SIZE_MAX;
 // Timeouts in a row double a slot's RTO up to 2^kMaxRtoBackoff times.

@@ -44,6 +44,7 @@
 
 #include "fuzz_util.h"
 #include "memory/allocator.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "test_util.h"
@@ -71,7 +72,7 @@ const std::array<size_t, 10> kSizes = {0,   1, 16, 111, 112, 113, 341, 3700, kBu
                                        6000};
 
 uint32_t endpoint_of(Rpc& rpc) {
-  return static_cast<FakeTransport&>(rpc.impl().transport()).endpoint();
+  return static_cast<FakeTransport&>(impl_of(rpc).transport()).endpoint();
 }
 
 struct World {
@@ -115,7 +116,7 @@ struct World {
     bait = client->alloc_msg_buffer(4096);
     FUZZ_CHECK(bait.valid());
     for (size_t i = 0; i < bait.size(); i++) bait.data()[i] = static_cast<uint8_t>(i * 7);
-    FUZZ_CHECK(client->impl().transport().expose_for_read(
+    FUZZ_CHECK(impl_of(*client).transport().expose_for_read(
         detail::RoutingInfo{}, bait.data(), bait.size(), detail::MemReg{}, bait_exposure));
   }
 
@@ -147,7 +148,7 @@ struct World {
   }
 
   Session& client_session(SessionNum sn) {
-    Session* s = RpcImplTestAccess::session(client->impl(), sn);
+    Session* s = RpcImplTestAccess::session(impl_of(*client), sn);
     FUZZ_CHECK(s != nullptr);
     return *s;
   }

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "fuzz_util.h"
+#include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
 #include "wire/pkt_hdr.h"
@@ -122,7 +123,7 @@ void check_make(const uint8_t* a) {
 }
 
 void check_engine(Rpc& rpc, const PktHdr& h, size_t data_len) {
-  RpcImpl& impl = rpc.impl();
+  RpcImpl& impl = impl_of(rpc);
   const size_t dpp = impl.max_data_per_pkt();
   const size_t max_msg = impl.max_msg_size();
   const bool bulk_cap = impl.transport().caps().bulk;
