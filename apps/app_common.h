@@ -1,6 +1,6 @@
-// Helpers shared by the example applications: command-line parsing,
-// stopping on SIGINT/SIGTERM, driving an Rpc until a condition holds, and
-// connecting a client session. Header-only; uses only the public API.
+// Helpers shared by the example applications: command-line parsing and
+// stopping on SIGINT/SIGTERM. (Connecting and blocking calls are the
+// library's: Rpc::connect, rpc::call_sync.) Header-only.
 #pragma once
 
 #include <fmt/core.h>
@@ -99,99 +99,6 @@ inline void install_stop_signals() {
   auto on_signal = [](int) { g_stop_requested.store(true, std::memory_order_relaxed); };
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-}
-
-// Drives rpc until done() returns true. Returns false when `timeout` passes
-// first, or when a stop signal arrives.
-template <typename Done>
-bool run_until(rpc::Rpc& rpc, Done&& done, std::chrono::steady_clock::duration timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (g_stop_requested.load(std::memory_order_relaxed)) return false;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    rpc.run_event_loop_once();
-  }
-  return true;
-}
-
-// Session events of a client Rpc that opens one session. Install callback()
-// as RpcConfig::session_callback; the watcher must outlive the Rpc.
-struct SessionWatcher {
-  bool connected = false;
-  bool failed = false;  // connect failed, or the session was reset
-  rpc::SmErr reason = rpc::SmErr::kNone;
-
-  rpc::SessionCallback callback() {
-    return [this](rpc::SessionNum, rpc::SessionEvent event, rpc::SmErr err) {
-      switch (event) {
-        case rpc::SessionEvent::kConnected:
-          connected = true;
-          break;
-        case rpc::SessionEvent::kConnectFailed:
-        case rpc::SessionEvent::kReset:
-          failed = true;
-          reason = err;
-          break;
-        case rpc::SessionEvent::kDisconnected:
-          connected = false;
-          break;
-      }
-    };
-  }
-};
-
-// Opens a session to Rpc remote_rpc_id at the Nexus listening on remote_uri
-// and drives rpc until it connects. The Nexus gives up after its
-// sm_timeout_ms; `timeout` is only a backstop. On failure the message says
-// why, with the session-management reason.
-inline rpc::Result<rpc::SessionNum> connect_session(rpc::Rpc& rpc, SessionWatcher& watcher,
-                                                    const std::string& remote_uri,
-                                                    rpc::RpcId remote_rpc_id,
-                                                    std::chrono::steady_clock::duration timeout) {
-  auto sn = rpc.create_session(remote_uri, remote_rpc_id);
-  if (!sn) return rpc::Failure{sn.error()};
-  if (!run_until(
-          rpc, [&] { return watcher.connected || watcher.failed; }, timeout)) {
-    if (g_stop_requested.load()) return rpc::Failure{"interrupted"};
-    return rpc::Failure{"no session event before the backstop timeout"};
-  }
-  if (watcher.failed) return rpc::Failure{std::string(rpc::to_string(watcher.reason))};
-  return *sn;
-}
-
-// Where a continuation records how one request ended. Pass its address as
-// the tag; it must outlive the Rpc (whose destructor runs the continuations
-// of outstanding requests).
-struct RequestOutcome {
-  bool done = false;
-  rpc::Errc errc = rpc::Errc::kOk;
-  size_t resp_size = 0;
-};
-
-inline void record_outcome(rpc::Rpc&, const rpc::Completion& c) {
-  auto* outcome = static_cast<RequestOutcome*>(c.tag);
-  outcome->done = true;
-  outcome->errc = c.errc;
-  outcome->resp_size = c.resp_size;
-}
-
-// Sends req on session sn, waits for the response in resp. Fails with the
-// request's error, or on timeout (the request then stays outstanding until
-// the Rpc is destroyed).
-inline rpc::Result<size_t> call(rpc::Rpc& rpc, rpc::SessionNum sn, rpc::ReqType req_type,
-                                rpc::MsgBuffer& req, rpc::MsgBuffer& resp, RequestOutcome& outcome,
-                                std::chrono::steady_clock::duration timeout) {
-  outcome = RequestOutcome{};
-  const rpc::Errc errc = rpc.enqueue_request(sn, req_type, req, resp, record_outcome, &outcome);
-  if (errc != rpc::Errc::kOk) return rpc::Failure{std::string(rpc::to_string(errc))};
-  if (!run_until(
-          rpc, [&] { return outcome.done; }, timeout)) {
-    if (g_stop_requested.load()) return rpc::Failure{"interrupted"};
-    return rpc::Failure{"no response before the timeout"};
-  }
-  if (outcome.errc != rpc::Errc::kOk)
-    return rpc::Failure{std::string(rpc::to_string(outcome.errc))};
-  return outcome.resp_size;
 }
 
 }  // namespace app

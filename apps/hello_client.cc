@@ -49,34 +49,32 @@ struct Options {
 };
 
 int run(const Options& opt) {
-  // Declared before the Rpc: its destructor runs the continuations of
-  // requests still outstanding, and they write here.
-  app::RequestOutcome outcome;
-  app::SessionWatcher watcher;
-
   rpc::Nexus nexus(rpc::NexusConfig{.uri = opt.uri});
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0, .session_callback = watcher.callback()});
-  auto sn = app::connect_session(rpc, watcher, opt.server, kServerRpcId, kConnectBackstop);
+  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+  // The Nexus gives up after its sm_timeout_ms, with the reason; the
+  // timeout here is only a backstop.
+  auto sn = rpc.connect(opt.server, kServerRpcId, kConnectBackstop);
   if (!sn) {
     fmt::print(stderr, "hello_client: cannot connect to rpc {} at {}: {}\n", kServerRpcId,
                opt.server, sn.error());
     return app::kExitFailure;
   }
 
-  rpc::MsgBuffer req = rpc.alloc_msg_buffer(kReqBytes);
-  rpc::MsgBuffer resp = rpc.alloc_msg_buffer(rpc.max_data_per_pkt());
+  rpc::OwnedBuffer req(rpc, kReqBytes);
+  rpc::OwnedBuffer resp(rpc, rpc.max_data_per_pkt());
   if (!req.valid() || !resp.valid()) {
     fmt::print(stderr, "hello_client: cannot allocate message buffers\n");
     return app::kExitFailure;
   }
   std::fill_n(req.data(), req.size(), uint8_t{'x'});
 
-  auto first = app::call(rpc, *sn, kHelloReqType, req, resp, outcome, kRequestTimeout);
-  if (!first) {
-    fmt::print(stderr, "hello_client: request to {} failed: {}\n", opt.server, first.error());
+  const rpc::CallResult first = rpc::call_sync(rpc, *sn, kHelloReqType, req, resp, kRequestTimeout);
+  if (!first.ok()) {
+    fmt::print(stderr, "hello_client: request to {} failed: {}\n", opt.server,
+               rpc::to_string(first.errc));
     return app::kExitFailure;
   }
-  const std::string_view text(reinterpret_cast<const char*>(resp.data()), *first);
+  const std::string_view text(reinterpret_cast<const char*>(resp.data()), first.resp_size);
   fmt::print("hello_client connected to {} from {}; response: \"{}\"\n", opt.server, nexus.uri(),
              text);
 
@@ -86,11 +84,11 @@ int run(const Options& opt) {
   const auto start = Clock::now();
   for (uint64_t i = 0; i < opt.count; i++) {
     const auto t0 = Clock::now();
-    auto r = app::call(rpc, *sn, kHelloReqType, req, resp, outcome, kRequestTimeout);
+    const rpc::CallResult r = rpc::call_sync(rpc, *sn, kHelloReqType, req, resp, kRequestTimeout);
     const auto t1 = Clock::now();
-    if (!r) {
+    if (!r.ok()) {
       fmt::print(stderr, "hello_client: request {} of {} failed: {}\n", i + 1, opt.count,
-                 r.error());
+                 rpc::to_string(r.errc));
       return app::kExitFailure;
     }
     latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -104,8 +102,6 @@ int run(const Options& opt) {
       kReqBytes, rpc.transport_name(), percentile(latencies_us, 0.50),
       percentile(latencies_us, 0.99), latencies_us.back(), opt.count,
       static_cast<double>(opt.count) / elapsed_s);
-  rpc.free_msg_buffer(req);
-  rpc.free_msg_buffer(resp);
   return app::kExitOk;
 }
 

@@ -99,27 +99,22 @@ int run_server(const std::string& uri) {
 }
 
 int run_client(const std::string& server, const std::string& uri, const std::string& message) {
-  // Declared before the Rpc: its destructor runs the continuations of
-  // requests still outstanding, and they write here.
-  app::RequestOutcome outcome;
-  app::SessionWatcher watcher;
-
   rpc::Nexus nexus(rpc::NexusConfig{.uri = uri});
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0, .session_callback = watcher.callback()});
+  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
   if (message.size() > rpc.max_msg_size()) {
     fmt::print(stderr, "reverse client: the message has {} bytes; at most {} fit in one RPC\n",
                message.size(), rpc.max_msg_size());
     return app::kExitFailure;
   }
-  auto sn = app::connect_session(rpc, watcher, server, kServerRpcId, kConnectBackstop);
+  auto sn = rpc.connect(server, kServerRpcId, kConnectBackstop);
   if (!sn) {
     fmt::print(stderr, "reverse client: cannot connect to rpc {} at {}: {}\n", kServerRpcId, server,
                sn.error());
     return app::kExitFailure;
   }
 
-  rpc::MsgBuffer req = rpc.alloc_msg_buffer(message.size());
-  rpc::MsgBuffer resp = rpc.alloc_msg_buffer(message.size());
+  rpc::OwnedBuffer req(rpc, message.size());
+  rpc::OwnedBuffer resp(rpc, message.size());
   if (!req.valid() || !resp.valid()) {
     fmt::print(stderr, "reverse client: cannot allocate {}-byte buffers\n", message.size());
     return app::kExitFailure;
@@ -127,19 +122,18 @@ int run_client(const std::string& server, const std::string& uri, const std::str
   std::copy(message.begin(), message.end(), req.data());
   fmt::print("sent: {}\n", shown(message, '"'));
 
-  auto got = app::call(rpc, *sn, kReverseReqType, req, resp, outcome, kRequestTimeout);
-  if (!got) {
-    fmt::print(stderr, "reverse client: request to {} failed: {}\n", server, got.error());
+  const rpc::CallResult got = rpc::call_sync(rpc, *sn, kReverseReqType, req, resp, kRequestTimeout);
+  if (!got.ok()) {
+    fmt::print(stderr, "reverse client: request to {} failed: {}\n", server,
+               rpc::to_string(got.errc));
     return app::kExitFailure;
   }
-  const std::string_view received = as_text(resp, *got);
+  const std::string_view received = as_text(resp, got.resp_size);
   fmt::print("received: {}\n", shown(received, '"'));
   if (!std::equal(message.rbegin(), message.rend(), received.begin(), received.end())) {
     fmt::print(stderr, "reverse client: the response is not the message reversed\n");
     return app::kExitFailure;
   }
-  rpc.free_msg_buffer(req);
-  rpc.free_msg_buffer(resp);
   return app::kExitOk;
 }
 

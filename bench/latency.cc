@@ -35,8 +35,8 @@
 #include "common/cpu.h"
 #include "common/handlers.h"
 #include "common/json.h"
+#include "common/owned_buffer.h"
 #include "common/program.h"
-#include "common/scoped_buffer.h"
 #include "common/server_threads.h"
 #include "common/summary.h"
 #include "librpc/rpc_all.h"
@@ -166,12 +166,12 @@ class LatencyClient {
   LatencyClient(rpc::Rpc& rpc, rpc::SessionNum sn) : rpc_(rpc), sn_(sn) {}
 
   SizeResult run(std::size_t size, const Options& opt) {
-    bench::ScopedBuffer req(rpc_, size);
-    bench::ScopedBuffer resp(rpc_, size);
-    bench::fill_pattern(req.get());
+    rpc::OwnedBuffer req = bench::alloc_or_throw(rpc_, size);
+    rpc::OwnedBuffer resp = bench::alloc_or_throw(rpc_, size);
+    bench::fill_pattern(req);
     SizeResult res;
     res.size = size;
-    measure(res, req.get(), resp.get(), opt);
+    measure(res, req, resp, opt);
     std::sort(res.rtt_ns.begin(), res.rtt_ns.end());
     return res;
   }

@@ -34,36 +34,23 @@ NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
 // One request of `size` bytes on a fresh session; checks every byte back.
 void echo_roundtrip(Rpc& client, SessionNum sn, size_t size, uint64_t seed,
                     ReqType req_type = kEcho) {
-  MsgBuffer req = client.alloc_msg_buffer(size);
-  MsgBuffer resp = client.alloc_msg_buffer(size);
+  OwnedBuffer req(client, size);
+  OwnedBuffer resp(client, size);
   REQUIRE(req.valid());
   REQUIRE(resp.valid());
   fill_pattern(req, seed);
-  // On the heap: if the response does not come in time, the continuation
-  // still runs later (at the latest in ~Rpc) and must find it alive.
-  auto owned = std::make_unique<Outcome>();
-  Outcome& out = *owned;
-  REQUIRE(client.enqueue_request(sn, req_type, req, resp, record_outcome, &out) == Errc::kOk);
   // Multi-megabyte datagram messages take long on a loaded machine.
-  const auto timeout =
-      size >= (size_t{1} << 20) ? std::chrono::seconds(60) : std::chrono::seconds(20);
-  if (!run_until(
-          client, [&] { return out.done; }, timeout)) {
-    (void)owned.release();  // leaked rather than written after it is freed
-    FAIL("no response within " << timeout.count() << " s");
-  }
+  const auto timeout = size >= (size_t{1} << 20) ? 60s : 20s;
+  const CallResult out = call_sync(client, sn, req_type, req, resp, timeout);
   CHECK(out.errc == Errc::kOk);
   CHECK(out.resp_size == size);
   CHECK(check_pattern(resp, size, seed));
-  client.free_msg_buffer(req);
-  client.free_msg_buffer(resp);
 }
 
 // Opens a session from client to rpc_id at uri and waits until connected.
 SessionNum connect(Rpc& client, const std::string& uri, RpcId rpc_id) {
-  auto sn = client.create_session(uri, rpc_id);
+  auto sn = client.connect(uri, rpc_id, 20s);
   REQUIRE(sn);
-  REQUIRE(run_until(client, [&] { return client.is_connected(*sn); }));
   return *sn;
 }
 

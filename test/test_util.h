@@ -87,32 +87,22 @@ struct ServerHooks {
   std::function<void(Rpc&)> on_iteration;
 };
 
-// An Rpc on its own thread, running its event loop until destroyed.
+// An Rpc on its own thread (rpc::EventLoopThread), with the test's hooks
+// and live copies of two counters other threads may read.
 class ServerThread {
  public:
-  ServerThread(Nexus& nexus, RpcConfig config, ServerHooks hooks = {}) {
-    thread_ = std::thread([this, &nexus, config, hooks = std::move(hooks)] {
-      Rpc rpc(nexus, config);
-      rpc_ = &rpc;
-      if (hooks.on_start) hooks.on_start(rpc);
-      ready_.store(true);
-      while (!stop_.load(std::memory_order_relaxed)) {
-        rpc.run_event_loop_once();
-        if (hooks.on_iteration) hooks.on_iteration(rpc);
-        active_sessions_.store(rpc.num_active_sessions(), std::memory_order_relaxed);
-        handlers_run_.store(rpc.stats().handlers_run, std::memory_order_relaxed);
-      }
-      stats_ = rpc.stats();
-      rpc_ = nullptr;
-    });
-    while (!ready_.load()) std::this_thread::yield();
+  ServerThread(Nexus& nexus, RpcConfig config, ServerHooks hooks = {})
+      : loop_(nexus, config, [this, on_iteration = std::move(hooks.on_iteration)](Rpc& rpc) {
+          if (on_iteration) on_iteration(rpc);
+          active_sessions_.store(rpc.num_active_sessions(), std::memory_order_relaxed);
+          handlers_run_.store(rpc.stats().handlers_run, std::memory_order_relaxed);
+        }) {
+    if (hooks.on_start) (void)loop_.run_and_wait([&](Rpc& rpc) { hooks.on_start(rpc); });
   }
   ~ServerThread() { stop(); }
   void stop() {
-    if (thread_.joinable()) {
-      stop_.store(true);
-      thread_.join();
-    }
+    (void)loop_.run_and_wait([this](Rpc& rpc) { stats_ = rpc.stats(); });
+    loop_.stop();
   }
   // Live copies of the Rpc's num_active_sessions() and handlers_run,
   // refreshed every iteration; readable from any thread.
@@ -122,13 +112,10 @@ class ServerThread {
   const RpcStats& final_stats() const { return stats_; }
 
  private:
-  std::atomic<bool> ready_{false};
-  std::atomic<bool> stop_{false};
   std::atomic<size_t> active_sessions_{0};
   std::atomic<uint64_t> handlers_run_{0};
-  Rpc* rpc_ = nullptr;
   RpcStats stats_;
-  std::thread thread_;
+  EventLoopThread loop_;  // last: stopped (by ~ServerThread) before the counters go
 };
 
 // Drives several Rpcs of this thread in turn until done() or the deadline.

@@ -28,8 +28,10 @@ class RPC_EXPORT EventLoopThread {
 
   // Starts the thread and creates the Rpc on it; returns once it exists.
   // Throws rpc::Error (from the Rpc's constructor) if it cannot be created.
-  // REQUIRES: the Nexus outlives this object.
-  EventLoopThread(Nexus& nexus, const RpcConfig& config);
+  // on_iteration, if given, runs on the loop's thread after every
+  // event-loop iteration (a poller: e.g. to watch an application queue);
+  // it must be quick. REQUIRES: the Nexus outlives this object.
+  EventLoopThread(Nexus& nexus, const RpcConfig& config, Work on_iteration = nullptr);
   // stop().
   ~EventLoopThread();
   EventLoopThread(const EventLoopThread&) = delete;

@@ -9,6 +9,7 @@
 #include "librpc/event_loop_thread.h"
 #include "librpc/msg_buffer.h"
 #include "librpc/nexus.h"
+#include "librpc/owned_buffer.h"
 #include "librpc/req_handle.h"
 #include "librpc/rpc.h"
 #include "librpc/stats.h"

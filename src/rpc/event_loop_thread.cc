@@ -25,6 +25,7 @@ struct EventLoopThread::State {
   bool accepting = true;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> work_exceptions{0};
+  Work on_iteration;
   std::thread::id loop_thread_id;
   std::thread thread;
 
@@ -56,6 +57,7 @@ struct EventLoopThread::State {
     while (!stop.load(std::memory_order_acquire)) {
       if (mailbox.pending()) run_work(*rpc);
       rpc->run_event_loop_once();
+      if (on_iteration) on_iteration(*rpc);
     }
     {
       std::lock_guard lock(accepting_mutex);
@@ -65,9 +67,10 @@ struct EventLoopThread::State {
   }
 };
 
-EventLoopThread::EventLoopThread(Nexus& nexus, const RpcConfig& config)
+EventLoopThread::EventLoopThread(Nexus& nexus, const RpcConfig& config, Work on_iteration)
     : state_(std::make_unique<State>()) {
   state_->rpc_id = config.rpc_id;
+  state_->on_iteration = std::move(on_iteration);
   std::promise<void> started;
   std::future<void> ready = started.get_future();
   State* s = state_.get();
