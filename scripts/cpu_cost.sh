@@ -7,7 +7,10 @@
 # continuation are excluded. Usage: scripts/cpu_cost.sh [BUILD_DIR] [SIZE]
 # Env: N1 (default 2000), N2 (default 4000), JSON (write {"instructions_per_rpc": ...}),
 # OFFLOAD (on, the default, or off: RpcConfig::udp_offload), CC (on, off, or
-# default: RpcConfig::congestion_control).
+# default: RpcConfig::congestion_control), API (fnptr, the default, closure
+# or coro: the client's continuation style). Also prints the instructions of
+# librpc.so and the program together: closures and coroutines are inline
+# code compiled into the program, so only that total compares the APIs.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}
@@ -19,15 +22,19 @@ bin="$build_dir/bench/cpu_cost/cpu_cost"
 [ -x "$bin" ] || { echo "cpu_cost: $bin not built" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+api=${API:-fnptr}
 count() {
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" "${CC:-default}" \
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" "${CC:-default}" "$api" \
     >/dev/null 2>&1
-  python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" librpc.so
 }
-i1=$(count "$n1")
-i2=$(count "$n2")
-per_rpc=$(( (i2 - i1) / (n2 - n1) ))
-echo "cpu_cost: ${per_rpc} instructions per ${size}-byte RPC in librpc (client + server; callgrind, N=${n1}/${n2})"
+self_cost() { python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" "$2"; }
+count "$n1"
+count "$n2"
+per_rpc=$(( ($(self_cost "$n2" librpc.so) - $(self_cost "$n1" librpc.so)) / (n2 - n1) ))
+app_per_rpc=$(( ($(self_cost "$n2" bench/cpu_cost/cpu_cost) - $(self_cost "$n1" bench/cpu_cost/cpu_cost)) / (n2 - n1) ))
+echo "cpu_cost: ${per_rpc} instructions per ${size}-byte RPC in librpc (client + server; callgrind, N=${n1}/${n2}, API ${api})"
+echo "cpu_cost: $((per_rpc + app_per_rpc)) instructions per RPC in librpc and the program together (API ${api})"
 if [ -n "${JSON:-}" ]; then
-  printf '{"size": %s, "instructions_per_rpc": %s, "n1": %s, "n2": %s}\n' "$size" "$per_rpc" "$n1" "$n2" > "$JSON"
+  printf '{"size": %s, "api": "%s", "instructions_per_rpc": %s, "with_program": %s, "n1": %s, "n2": %s}\n' \
+    "$size" "$api" "$per_rpc" "$((per_rpc + app_per_rpc))" "$n1" "$n2" > "$JSON"
 fi
