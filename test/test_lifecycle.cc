@@ -723,6 +723,9 @@ TEST_CASE(
   // whose server's answers are held back
   Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256});
   REQUIRE(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->max_credits == 32);
+  // Time stands still: no RTO can fire while the answers are held (a slow
+  // run, e.g. under TSan, took longer than one and opened the window).
+  p.use_manual_clock();
   const uint32_t server_ep = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
   FakeNetwork::instance().set_filter([server_ep](const FakePacket& pkt) {
     return pkt.src == server_ep ? FakeVerdict::kHold : FakeVerdict::kDeliver;
