@@ -38,6 +38,52 @@ class Callback<R(Args...)> {
   requires(!std::is_same_v<std::remove_cvref_t<F>, Callback> &&
            std::is_invocable_r_v<R, std::remove_cvref_t<F>&, Args...>)
       Callback(F&& f) {  // NOLINT(implicit): a lambda is passed where a Callback is taken
+    construct(std::forward<F>(f));
+  }
+
+  Callback(Callback&& other) noexcept { take(other); }
+  Callback& operator=(Callback&& other) noexcept {
+    if (this != &other) {
+      reset();
+      take(other);
+    }
+    return *this;
+  }
+  Callback& operator=(std::nullptr_t) noexcept {
+    reset();
+    return *this;
+  }
+  // Replaces what it holds with f, built in place (no temporary Callback).
+  template <typename F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, Callback> &&
+           std::is_invocable_r_v<R, std::remove_cvref_t<F>&, Args...>) void emplace(F&& f) {
+    reset();
+    construct(std::forward<F>(f));
+  }
+  Callback(const Callback&) = delete;
+  Callback& operator=(const Callback&) = delete;
+  ~Callback() { reset(); }
+
+  explicit operator bool() const noexcept { return invoke_ != nullptr; }
+
+  // REQUIRES: not empty.
+  R operator()(Args... args) { return invoke_(storage_, std::forward<Args>(args)...); }
+
+  // Destroys the callable (and what it captured); the Callback is empty.
+  void reset() noexcept {
+    if (manage_ != nullptr) manage_(Op::kDestroy, storage_, nullptr);
+    invoke_ = nullptr;
+    manage_ = nullptr;
+  }
+
+ private:
+  enum class Op { kMoveTo, kDestroy };  // kMoveTo also destroys the source
+  using Invoke = R (*)(void* storage, Args... args);
+  using Manage = void (*)(Op op, void* self, void* other) noexcept;
+
+  // REQUIRES: empty.
+  template <typename F>
+  void construct(F&& f) {
     using Fn = std::remove_cvref_t<F>;
     if constexpr (std::is_pointer_v<Fn> || std::is_member_pointer_v<Fn>) {
       if (f == nullptr) return;  // an empty function pointer makes an empty Callback
@@ -73,43 +119,10 @@ class Callback<R(Args...)> {
     }
   }
 
-  Callback(Callback&& other) noexcept { take(other); }
-  Callback& operator=(Callback&& other) noexcept {
-    if (this != &other) {
-      reset();
-      take(other);
-    }
-    return *this;
-  }
-  Callback& operator=(std::nullptr_t) noexcept {
-    reset();
-    return *this;
-  }
-  Callback(const Callback&) = delete;
-  Callback& operator=(const Callback&) = delete;
-  ~Callback() { reset(); }
-
-  explicit operator bool() const noexcept { return invoke_ != nullptr; }
-
-  // REQUIRES: not empty.
-  R operator()(Args... args) { return invoke_(storage_, std::forward<Args>(args)...); }
-
-  // Destroys the callable (and what it captured); the Callback is empty.
-  void reset() noexcept {
-    if (manage_ != nullptr) manage_(Op::kDestroy, storage_, nullptr);
-    invoke_ = nullptr;
-    manage_ = nullptr;
-  }
-
- private:
-  enum class Op { kMoveTo, kDestroy };  // kMoveTo also destroys the source
-  using Invoke = R (*)(void* storage, Args... args);
-  using Manage = void (*)(Op op, void* self, void* other) noexcept;
-
   void take(Callback& other) noexcept {
     if (other.manage_ != nullptr) {
       other.manage_(Op::kMoveTo, other.storage_, storage_);
-    } else if (other.invoke_ != nullptr) {
+    } else {  // trivial or empty: the bytes are the callable (no branch on which)
       std::memcpy(storage_, other.storage_, kInlineBytes);
     }
     invoke_ = other.invoke_;

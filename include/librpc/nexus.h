@@ -16,14 +16,20 @@
 
 namespace rpc {
 
-// A request handler. It must eventually call Rpc::enqueue_response() for
-// the handle, exactly once, inside the handler or later (deferred).
-// Foreground handlers run on the Rpc's thread inside its event loop (they
-// must not run the loop themselves); background ones on a Nexus thread.
-// A handler that throws before responding fails its request: the client's
-// continuation sees Errc::kHandlerFailed, the server counts it in
+// A request handler. It must eventually answer the handle exactly once,
+// with Rpc::enqueue_response() or enqueue_error_response(), inside the
+// handler or later (deferred). Foreground handlers run on the thread of the
+// Rpc that received the request, inside its event loop (they must not run
+// the loop themselves); background ones on a Nexus thread. A handler that
+// throws before responding fails its request: the client's continuation
+// sees Errc::kHandlerFailed, the server counts it in
 // RpcStats::handler_exceptions and carries on. (An exception after the
-// response is only counted.) Captures must outlive every Rpc of the Nexus.
+// response is only counted.)
+// Captures: the Nexus keeps the one handler object for its life and every
+// Rpc of the Nexus calls it, each from its own thread (and background
+// threads too), possibly at once: what it captures must outlive every Rpc
+// and be safe to use from those threads (per-Rpc state belongs in
+// RpcConfig::context, reached through ReqHandle::context()).
 using ReqHandler = std::function<void(ReqHandle&)>;
 
 template <typename T>

@@ -11,9 +11,27 @@ namespace rpc::detail {
 
 // ---------------------------------------------------------------- client
 
+// The continuation is installed into its slot (or backlog entry) where it
+// will live: no temporary Callback to move on the way.
 Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
-                              ContinuationFn&& cont, void* tag, std::chrono::microseconds timeout,
+                              Continuation cont, void* tag) noexcept {
+  return enqueue(
+      sn, req_type, req, resp, cont != nullptr, [cont](ContinuationFn& dst) { dst.emplace(cont); },
+      tag, std::chrono::microseconds(0), nullptr);
+}
+
+Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                              ContinuationFn&& cont, std::chrono::microseconds timeout,
                               RequestId* id_out) noexcept {
+  return enqueue(
+      sn, req_type, req, resp, static_cast<bool>(cont),
+      [&cont](ContinuationFn& dst) { dst = std::move(cont); }, nullptr, timeout, id_out);
+}
+
+template <typename Install>
+Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                      bool has_cont, Install&& install, void* tag,
+                      std::chrono::microseconds timeout, RequestId* id_out) noexcept {
   RPC_CHECK_OWNER("enqueue_request");
   Session* const found = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   if (destroying_ || found == nullptr) return Errc::kInvalidSession;
@@ -23,7 +41,7 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
       (!session.is_connected() && session.state != SessionState::kConnecting)) {
     return Errc::kInvalidSession;
   }
-  if (!req.valid() || !resp.valid() || !cont || timeout.count() < 0) {
+  if (!req.valid() || !resp.valid() || !has_cont || timeout.count() < 0) {
     return Errc::kInvalidArgument;
   }
   if (req.size() > max_msg_size_) return Errc::kMsgTooLarge;
@@ -41,11 +59,11 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
   if (id_out != nullptr) *id_out = RequestId{id};
   const uint64_t deadline_ns =
       timeout.count() == 0 ? 0 : now_ns_ + static_cast<uint64_t>(timeout.count()) * 1000;
-  BacklogEntry entry{req_type, &req, &resp, std::move(cont), tag, id, deadline_ns};
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {
       if (!slot.active) {
-        start_request(slot, std::move(entry));
+        install(slot.cont);
+        start_request(slot, req_type, req, resp, tag, id, deadline_ns);
         return Errc::kOk;
       }
     }
@@ -53,25 +71,34 @@ Errc RpcImpl::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, M
   // Window full, or not yet connected: wait in order. Allocates (a vector
   // block) only now and then.
   if (deadline_ns != 0) session.backlog_deadlines++;
+  BacklogEntry entry{req_type, &req, &resp, nullptr, tag, id, deadline_ns};
+  install(entry.cont);
   session.backlog.push_back(std::move(entry));
   return Errc::kOk;
 }
 
 void RpcImpl::start_request(ClientSlot& slot, BacklogEntry&& entry) {
-  slot.active = true;
-  slot.req_type = entry.req_type;
-  slot.req = entry.req;
-  slot.resp = entry.resp;
   slot.cont = std::move(entry.cont);
-  slot.tag = entry.tag;
-  slot.request_id = entry.request_id;
-  slot.deadline_ns = entry.deadline_ns;
+  start_request(slot, entry.req_type, *entry.req, *entry.resp, entry.tag, entry.request_id,
+                entry.deadline_ns);
+}
+
+// REQUIRES: slot.cont already holds the request's continuation.
+void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                            void* tag, uint64_t request_id, uint64_t deadline_ns) {
+  slot.active = true;
+  slot.req_type = req_type;
+  slot.req = &req;
+  slot.resp = &resp;
+  slot.tag = tag;
+  slot.request_id = request_id;
+  slot.deadline_ns = deadline_ns;
   slot.req_num = slot.next_req_num;
   slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
-  slot.bulk_req = use_bulk(entry.req->size()) &&
-                  expose_payload(*slot.session, slot.bulk_ctrl, *entry.req, slot.req_exposure);
+  slot.bulk_req =
+      use_bulk(req.size()) && expose_payload(*slot.session, slot.bulk_ctrl, req, slot.req_exposure);
   slot.bulk_read = kNoBulkRead;
-  slot.req_pkts = slot.bulk_req ? 1 : entry.req->num_pkts();
+  slot.req_pkts = slot.bulk_req ? 1 : req.num_pkts();
   slot.resp_pkts = 0;
   slot.num_tx = 0;
   slot.num_rx = 0;

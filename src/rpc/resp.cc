@@ -10,10 +10,24 @@ namespace rpc::detail {
 
 // ---------------------------------------------------------------- server
 
-void RpcImpl::respond(ReqHandle& handle, MsgBuffer& resp, RespStatus status) noexcept {
-  if (handle.is_background()) {
-    // Called on a background thread (or any thread): hand it to the Rpc
-    // thread. The flag is the one thing every thread may touch.
+// Two entry points, so that the common one (a response from the Rpc's
+// thread) stays a direct path into apply_response.
+void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
+  if (handle.is_background()) return post_bg_response(handle, resp, RespStatus::kOk);
+  RPC_CHECK_OWNER("enqueue_response");
+  apply_response(handle, resp, RespStatus::kOk);
+}
+
+void RpcImpl::enqueue_error_response(ReqHandle& handle, MsgBuffer& pre_resp) noexcept {
+  if (handle.is_background()) return post_bg_response(handle, pre_resp, RespStatus::kAppError);
+  RPC_CHECK_OWNER("enqueue_error_response");
+  apply_response(handle, pre_resp, RespStatus::kAppError);
+}
+
+// Called on a background thread (or any thread): hand the response to the
+// Rpc thread. The flag is the one thing every thread may touch.
+void RpcImpl::post_bg_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status) {
+  {
     std::atomic<uint64_t>& state = ReqHandleAccess::bg_state(handle);
     uint64_t cur = state.load(std::memory_order_acquire);
     do {
@@ -23,10 +37,7 @@ void RpcImpl::respond(ReqHandle& handle, MsgBuffer& resp, RespStatus status) noe
                       config_.rpc_id);
     } while (!state.compare_exchange_weak(cur, cur | 1, std::memory_order_acq_rel));
     bg_mailbox_.post(BgResponse{&handle, resp, false, status});
-    return;
   }
-  RPC_CHECK_OWNER("enqueue_response");
-  apply_response(handle, resp, status);
 }
 
 // The one way a server slot leaves kInHandler. Refuses (loudly) a handle

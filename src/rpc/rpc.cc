@@ -35,18 +35,16 @@ MsgBuffer Rpc::alloc_msg_buffer(size_t max_size) noexcept {
 void Rpc::free_msg_buffer(MsgBuffer& buf) noexcept { impl_->free_msg_buffer(buf); }
 Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                           Continuation cont, void* tag) noexcept {
-  return impl_->enqueue_request(sn, req_type, req, resp, ContinuationFn(cont), tag,
-                                std::chrono::microseconds(0), nullptr);
+  return impl_->enqueue_request(sn, req_type, req, resp, cont, tag);
 }
 Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                           ContinuationFn cont, const RequestOptions& options,
                           RequestId* id_out) noexcept {
-  return impl_->enqueue_request(sn, req_type, req, resp, std::move(cont), nullptr, options.timeout,
-                                id_out);
+  return impl_->enqueue_request(sn, req_type, req, resp, std::move(cont), options.timeout, id_out);
 }
 bool Rpc::cancel(RequestId id) noexcept { return impl_->cancel(id); }
 void Rpc::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
-  impl_->respond(handle, resp, detail::RespStatus::kOk);
+  impl_->enqueue_response(handle, resp);
 }
 void Rpc::enqueue_error_response(ReqHandle& handle, uint32_t app_error) noexcept {
   MsgBuffer& pre_resp = handle.pre_resp_buffer();
@@ -54,7 +52,7 @@ void Rpc::enqueue_error_response(ReqHandle& handle, uint32_t app_error) noexcept
     pre_resp.data()[i] = static_cast<uint8_t>(app_error >> (8 * i));
   }
   pre_resp.resize(detail::kAppErrorBytes);
-  impl_->respond(handle, pre_resp, detail::RespStatus::kAppError);
+  impl_->enqueue_error_response(handle, pre_resp);
 }
 void Rpc::run_event_loop(std::chrono::microseconds duration) noexcept {
   impl_->run_event_loop(duration);

@@ -130,11 +130,14 @@ class RpcImpl final : public RpcEndpoint {
   MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
   void free_msg_buffer(MsgBuffer& buf) noexcept;
   Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
-                       ContinuationFn&& cont, void* tag, std::chrono::microseconds timeout,
+                       Continuation cont, void* tag) noexcept;
+  Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
+                       ContinuationFn&& cont, std::chrono::microseconds timeout,
                        RequestId* id_out) noexcept;
   bool cancel(RequestId id) noexcept;
-  // enqueue_response (kOk) and enqueue_error_response (kAppError).
-  void respond(ReqHandle& handle, MsgBuffer& resp, RespStatus status) noexcept;
+  void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
+  // pre_resp holds the code (Rpc::enqueue_error_response).
+  void enqueue_error_response(ReqHandle& handle, MsgBuffer& pre_resp) noexcept;
   void run_event_loop(std::chrono::microseconds duration) noexcept;
   void run_event_loop_once() noexcept;
 
@@ -190,7 +193,13 @@ class RpcImpl final : public RpcEndpoint {
   void tx_flush();
   bool inject_drop();
   // req.cc (client)
+  template <typename Install>
+  Errc enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp, bool has_cont,
+               Install&& install, void* tag, std::chrono::microseconds timeout,
+               RequestId* id_out) noexcept;
   void start_request(ClientSlot& slot, BacklogEntry&& entry);
+  void start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, MsgBuffer& resp, void* tag,
+                     uint64_t request_id, uint64_t deadline_ns);
   // REQUIRES: !session.backlog.empty().
   BacklogEntry take_backlog_front(Session& session) {
     if (session.backlog.front().deadline_ns != 0) session.backlog_deadlines--;
@@ -216,6 +225,7 @@ class RpcImpl final : public RpcEndpoint {
   void server_process_rfr(Session& session, const PktHdr& hdr);
   void client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
                            size_t data_len);
+  void post_bg_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status);
   void client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uint32_t app_error = 0);
   // rx.cc
   size_t process_rx();  // returns packets received
