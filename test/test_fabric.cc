@@ -430,9 +430,10 @@ TEST_CASE("over fabric, a large request cancelled mid-transfer ends once; the se
   constexpr size_t kSize = size_t{1} << 20;
   // Cancelled after 0, 1, 2, ... loop iterations of both Rpcs: before the
   // server saw the control packet, while it reads the request, while the
-  // handler answers, while the client reads the response. (Over tcp;ofi_rxm
-  // here: three of the server's reads failed, withdrawn, and one response
-  // read was waited for; the later ones completed before the cancel.)
+  // handler answers, while the client reads the response. Nothing is
+  // withdrawn under a read (a failed read breaks ofi_rxm's connection over
+  // verbs, as the Soft-RoCE VM showed): the server reads and answers, and
+  // the request ends then.
   for (int iterations : {0, 1, 2, 3, 4, 6, 8, 12, 16, 32}) {
     INFO("cancelled after " << iterations << " iterations");
     OwnedBuffer req(*p.client, kSize), resp(*p.client, kSize);
@@ -464,5 +465,6 @@ TEST_CASE("over fabric, a large request cancelled mid-transfer ends once; the se
   }
   CHECK(p.client->stats().bulk_paths_failed == 0);
   CHECK(p.server->stats().bulk_paths_failed == 0);
+  CHECK(p.server->stats().bulk_reads_failed == 0);
   CHECK(p.client->stats().sessions_reset == 0);
 }

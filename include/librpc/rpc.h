@@ -112,18 +112,20 @@ class RPC_EXPORT Rpc {
                        ContinuationFn cont, const RequestOptions& options = {},
                        RequestId* id_out = nullptr) noexcept;
   // Ends a request that has not completed: its continuation runs with
-  // Errc::kCancelled, inside this call, unless a one-sided read is still
-  // writing its response buffer (then as soon as the read is done, from
-  // the event loop: the buffers go back only when no transfer touches
-  // them). Returns false, doing nothing, when no outstanding request has
-  // this id (it completed already, or never existed).
+  // Errc::kCancelled, inside this call, except where a transfer may still
+  // touch its buffers (they go back only when none does): a one-sided read
+  // still writing its response buffer holds the continuation back until
+  // the read is done; a request sent by one-sided read (a large request on
+  // verbs or fabric) whose control packet went out ends when the server
+  // answers it, since the server may be reading it and withdrawing memory
+  // under an RDMA read breaks the connection. Returns false, doing
+  // nothing, when no outstanding request has this id (it completed or is
+  // ending already, or never existed).
   //
   // The session stays up. A server that already has the request still
   // runs its handler (at most once, as always) and its answer is dropped;
   // the session's next request in that slot waits until that handler has
-  // responded. A request sent by one-sided read (a large request on verbs
-  // or fabric) is withdrawn: the server's read of it fails, and the
-  // server drops it.
+  // responded.
   bool cancel(RequestId id) noexcept;
   // For coroutines (librpc/coro.h): `co_await rpc.call(...)` enqueues the
   // request as above and resumes the coroutine, on this Rpc's thread from

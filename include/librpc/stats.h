@@ -85,6 +85,9 @@ struct RpcStats {
   uint64_t requests_restarted = 0;
   uint64_t requests_past_deadline = 0;   // failed with kTimedOut (RequestOptions::timeout)
   uint64_t requests_cancelled = 0;       // ended by Rpc::cancel()
+  // Of those two, requests sent by one-sided read whose end waited for the
+  // server's answer (it may have been reading them: docs/api.md).
+  uint64_t requests_end_deferred = 0;
   uint64_t handler_exceptions = 0;       // handlers that threw (kHandlerFailed sent)
   uint64_t continuation_exceptions = 0;  // continuations that threw (caught, logged)
   uint64_t task_exceptions = 0;          // spawned coroutines that threw (caught, logged)

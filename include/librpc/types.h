@@ -112,7 +112,8 @@ struct RequestOptions {
   // then bounded only by RpcConfig::request_timeout_ms, which resets the
   // session). Checked every half RTO, so it fires up to about rto_us / 2
   // late. Unlike request_timeout_ms, the session stays up: see
-  // Rpc::cancel() for what happens to a request that ends early.
+  // Rpc::cancel() for what happens to a request that ends early (a large
+  // request sent by one-sided read may end only when the server answers).
   std::chrono::microseconds timeout{0};
 };
 

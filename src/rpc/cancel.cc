@@ -16,7 +16,7 @@ bool RpcImpl::cancel(RequestId id) noexcept {
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   if (destroying_ || id.value == 0 || s == nullptr || !s->is_client()) return false;
   for (ClientSlot& slot : s->cslots) {
-    if (slot.active && slot.request_id == id.value) {
+    if (slot.active && slot.request_id == id.value && slot.pending_end == Errc::kOk) {
       stats_.requests_cancelled++;
       end_request_early(slot, Errc::kCancelled);
       return true;
@@ -31,11 +31,20 @@ bool RpcImpl::cancel(RequestId id) noexcept {
 }
 
 void RpcImpl::end_request_early(ClientSlot& slot, Errc errc) {
+  // A request whose control packet went out may be being read one-sided
+  // by the server. Withdrawing it (revoke_exposure) would fail that read,
+  // and on verbs RC and ofi_rxm over verbs a failed read breaks the
+  // connection, and every session over it (seen in the Soft-RoCE VM). So
+  // it ends when the server answers: by then the read is over.
+  // (Once the server has answered, num_rx > 0, it has read it.)
+  if (slot.bulk_req && slot.tx_high > 0 && slot.num_rx == 0 && slot.req_exposure.active()) {
+    slot.pending_end = errc;
+    stats_.requests_end_deferred++;
+    return;
+  }
   // Packets of the request may wait in the TX batch, pointing into the
-  // buffer the continuation hands back. A request the server may be
-  // reading one-sided is withdrawn by client_complete (revoke_exposure
-  // returns once the peer can no longer read it); a response being read
-  // into resp holds the continuation back until the read is done.
+  // buffer the continuation hands back. A response being read into resp
+  // holds the continuation back until the read is done (client_complete).
   tx_flush();
   client_complete(slot, errc, 0);
 }

@@ -32,7 +32,8 @@ void RpcImpl::scan_for_loss() {
 bool RpcImpl::scan_client_session(Session& session) {
   for (ClientSlot& slot : session.cslots) {
     if (!slot.active) continue;
-    if (slot.deadline_ns != 0 && now_ns_ >= slot.deadline_ns) [[unlikely]] {
+    if (slot.deadline_ns != 0 && now_ns_ >= slot.deadline_ns && slot.pending_end == Errc::kOk)
+        [[unlikely]] {
       stats_.requests_past_deadline++;
       end_request_early(slot, Errc::kTimedOut);  // the next request may take the slot now
       if (!session.is_connected()) return true;  // its continuation destroyed the session

@@ -93,6 +93,7 @@ void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, 
   slot.tag = tag;
   slot.request_id = request_id;
   slot.deadline_ns = deadline_ns;
+  slot.pending_end = Errc::kOk;
   slot.req_num = slot.next_req_num;
   slot.next_req_num = (slot.next_req_num + kSessionReqWindow) & kReqNumMask;
   slot.bulk_req =

@@ -116,6 +116,10 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
   ClientSlot& slot = *slot_ptr;
   const size_t pkt_num = hdr.pkt_num();
   if (!client_accept(slot, slot.req_pkts - 1 + pkt_num)) return;
+  if (slot.pending_end != Errc::kOk) [[unlikely]] {  // given up; the server is done reading it
+    client_complete(slot, slot.pending_end, 0);
+    return;
+  }
   const size_t msg_size = hdr.msg_size();
   if (pkt_num == 0) {
     if (hdr.status() == RespStatus::kNoHandler) {

@@ -143,6 +143,10 @@ struct ClientSlot {
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
   uint32_t bulk_read = kNoBulkRead;  // the response's read in flight
+  // Given up (cancel, deadline) while the server may be reading the request
+  // one-sided: the outcome it ends with once the server answers (cancel.cc).
+  // kOk: not given up.
+  Errc pending_end = Errc::kOk;
   bool in_wheel = false;             // a pacing wake-up is in the timing wheel
 };
 
