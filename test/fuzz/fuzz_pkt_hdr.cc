@@ -45,6 +45,11 @@ struct Engines {
 // Independent statement of what a receiver may accept: the reference the
 // engine's check is compared against.
 bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg, bool bulk_cap) {
+  // An application error: one response packet holding exactly its 4-byte code.
+  if (h.status() == RespStatus::kAppError) {
+    return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 &&
+           h.msg_size() == 4 && data_len == 4;
+  }
   switch (h.pkt_type()) {
     case PktType::kRfr:
     case PktType::kExplCr:
