@@ -425,3 +425,62 @@ TEST_CASE("server session events are off unless asked for") {
 }
 
 }  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------- review fixes
+
+static_assert(std::is_convertible_v<OwnedBuffer&, MsgBuffer&>);
+static_assert(!std::is_convertible_v<OwnedBuffer&&, MsgBuffer&>,
+              "a temporary OwnedBuffer would be freed while its request runs");
+
+TEST_CASE("a request cancelled during its response's read keeps its slot until the read is done") {
+  Pair p;
+  FakeNetwork& net = FakeNetwork::instance();
+  net.set_hold_bulk(true);
+  Req big(*p.client, 32, kLarge);
+  REQUIRE(big.send(*p.client, p.sn, kLargeResp) == Errc::kOk);
+  REQUIRE(
+      p.pump_until([&] { return RpcImplTestAccess::bulk_reads_live(impl_of(*p.client)) == 1; }));
+  const size_t exposed = net.num_exposures();  // the server's response
+  CHECK(p.client->cancel(big.id));
+  // When the session's next requests go out meanwhile
+  std::vector<std::unique_ptr<Req>> more;
+  for (int i = 0; i < 8; i++) {
+    more.push_back(std::make_unique<Req>(*p.client, 16));
+    REQUIRE(more.back()->send(*p.client, p.sn, kEcho) == Errc::kOk);
+  }
+  p.pump_for(10ms);
+  // Expect: none took the slot whose response is being read, so the server
+  // has not withdrawn that response under the read
+  CHECK(net.num_exposures() == exposed);
+  CHECK(big.runs == 0);
+  net.set_hold_bulk(false);
+  REQUIRE(p.pump_until([&] {
+    return big.runs > 0 &&
+           std::all_of(more.begin(), more.end(), [](const auto& r) { return r->runs > 0; });
+  }));
+  CHECK(big.errc == Errc::kCancelled);
+  CHECK(p.client->stats().bulk_reads_failed == 0);
+  for (auto& r : more) CHECK(r->errc == Errc::kOk);
+  big.release(*p.client);
+  for (auto& r : more) r->release(*p.client);
+}
+
+TEST_CASE("a client that gives up a slot's requests 64 times in a row unheard resets the session") {
+  Pair p;
+  FakeNetwork::instance().set_filter([](const FakePacket&) { return FakeVerdict::kDrop; });
+  Req r(*p.client, 16);
+  for (size_t i = 0; i < kMaxReqsGivenUp; i++) {
+    REQUIRE(r.send(*p.client, p.sn, kEcho) == Errc::kOk);  // sent (and lost) at once
+    REQUIRE(p.client->cancel(r.id));
+  }
+  CHECK(r.runs == static_cast<int>(kMaxReqsGivenUp));
+  REQUIRE_FALSE(p.client->is_connected(p.sn));
+  REQUIRE_FALSE(p.client_events.empty());
+  CHECK(std::get<1>(p.client_events.back()) == SessionEvent::kReset);
+  CHECK(std::get<2>(p.client_events.back()) == SmErr::kRequestTimeout);
+  r.release(*p.client);
+}
+
+}  // namespace

@@ -350,3 +350,38 @@ TEST_CASE("connect gives up at its timeout and destroys the session") {
 }
 
 }  // namespace
+
+namespace {
+
+constexpr ReqType kCoForgets = 30;  // a coroutine handler that never answers
+
+TEST_CASE("a coroutine handler that ends without answering fails its request, loudly") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  REQUIRE(nexus.register_handler(kCoForgets, [](ReqHandle&) -> Task<void> { co_return; }));
+  Rpc server(nexus, RpcConfig{.rpc_id = 1, .transport = "udp"});
+  Rpc client(nexus, RpcConfig{.rpc_id = 0, .transport = "udp"});
+  auto sn = client.create_session(nexus.uri(), 1);
+  REQUIRE(sn);
+  REQUIRE(run_all_until({&client, &server}, [&] { return client.is_connected(*sn); }));
+  OwnedBuffer req(client, 8), resp(client, 8);
+  CallResult seen;
+  bool done = false;
+  client.spawn([](Rpc& rpc, SessionNum s, MsgBuffer& q, MsgBuffer& a, CallResult& out,
+                  bool& d) -> Task<void> {
+    out = co_await rpc.call(s, kCoForgets, q, a);
+    d = true;
+  }(client, *sn, req, resp, seen, done));
+  REQUIRE(run_all_until({&client, &server}, [&] { return done; }));
+  CHECK(seen.errc == Errc::kHandlerFailed);
+  CHECK(server.stats().handlers_unanswered == 1);
+}
+
+// A handler that produces a value cannot be registered (it would be dropped unstarted).
+template <typename F>
+concept Registrable = requires(Nexus& n, F f) {
+  n.register_handler(ReqType{1}, f);
+};
+static_assert(Registrable<Task<void> (*)(ReqHandle&)>);
+static_assert(!Registrable<Task<int> (*)(ReqHandle&)>);
+
+}  // namespace

@@ -159,7 +159,7 @@ TEST_CASE("the encoded bytes follow the documented layout") {
   REQUIRE(b[86] == 0);
   REQUIRE(b[87] == 0);
   REQUIRE(kSmMsgBytes == 88);
-  REQUIRE(kSmVersion == 3);
+  REQUIRE(kSmVersion == 4);
 }
 
 TEST_CASE("routing bytes beyond routing_len are sent as zeros") {
@@ -202,7 +202,7 @@ TEST_CASE("a message with a wrong magic is rejected") {
 
 TEST_CASE("a message of another version is refused with its type and token") {
   Bytes b = encode(full_msg(SmMsgType::kConnectReq));
-  b[4] = 4;  // version 4
+  b[4] = static_cast<uint8_t>(kSmVersion + 1);  // the next version
   SmMsg out;
   out.token = 0;
   REQUIRE(decode(b, out) == SmDecodeStatus::kVersionMismatch);

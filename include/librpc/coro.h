@@ -63,8 +63,9 @@ struct HandlerRun {
   uint64_t req_num;
 };
 RPC_EXPORT HandlerRun handler_run(ReqHandle& handle) noexcept;
-// A coroutine handler threw: if that request is still unanswered, the
-// client is answered with Errc::kHandlerFailed, as for a plain handler.
+// A coroutine handler threw (e != nullptr), or finished without
+// answering: if that request is still unanswered, the client is answered
+// with Errc::kHandlerFailed (logged), as for a plain handler that throws.
 RPC_EXPORT void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept;
 
 struct TaskPromiseBase {
@@ -267,7 +268,9 @@ Task<void> run_coroutine_handler(F& handler, ReqHandle& handle) {
   } catch (...) {
     failed = std::current_exception();
   }
-  if (failed) coroutine_handler_failed(run, failed);
+  // Also when it finished without answering (a coroutine handler answers
+  // before it ends): the request would otherwise hold its slot for good.
+  coroutine_handler_failed(run, failed);
 }
 
 }  // namespace detail

@@ -30,7 +30,8 @@ class RPC_EXPORT EventLoopThread {
   // Throws rpc::Error (from the Rpc's constructor) if it cannot be created.
   // on_iteration, if given, runs on the loop's thread after every
   // event-loop iteration (a poller: e.g. to watch an application queue);
-  // it must be quick. REQUIRES: the Nexus outlives this object.
+  // it must be quick; an exception from it is logged and counted like
+  // submitted work's. REQUIRES: the Nexus outlives this object.
   EventLoopThread(Nexus& nexus, const RpcConfig& config, Work on_iteration = nullptr);
   // stop().
   ~EventLoopThread();
@@ -41,14 +42,15 @@ class RPC_EXPORT EventLoopThread {
   // order per submitting thread, outside the event loop (it may call
   // call_sync, connect, create sessions...). Returns false, dropping it
   // unrun, once stop() has begun. Allocates (a queue slot, and the work's
-  // capture if it is larger than Callback::kInlineBytes).
+  // capture if it is larger than Callback::kInlineBytes). An empty Work is
+  // refused (false).
   bool submit(Work work);
   // Any thread but the loop's own (that would wait for itself: aborts):
   // submit(work) and wait until it has run. Returns false if stopped.
   bool run_and_wait(Work work);
   // Any thread but the loop's own: runs the work submitted so far, stops
   // the loop and destroys the Rpc on its thread (failing its outstanding
-  // requests: ~Rpc), then joins. Idempotent.
+  // requests: ~Rpc), then joins. Idempotent; safe from several threads.
   void stop();
 
   RpcId rpc_id() const;

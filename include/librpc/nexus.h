@@ -38,9 +38,16 @@ class Task;
 namespace detail {
 class NexusImpl;
 struct ImplAccess;
+template <typename T>
+struct IsTask : std::false_type {};
+template <typename U>
+struct IsTask<Task<U>> : std::true_type {};
 // A handler written as a coroutine (librpc/coro.h).
 template <typename F>
 concept ReturnsTask = std::is_same_v<std::invoke_result_t<F&, ReqHandle&>, Task<void>>;
+// A coroutine that produces a value: nobody could take it (refused).
+template <typename F>
+concept ReturnsValueTask = IsTask<std::invoke_result_t<F&, ReqHandle&>>::value && !ReturnsTask<F>;
 }  // namespace detail
 
 class RPC_EXPORT Nexus {
@@ -76,6 +83,12 @@ class RPC_EXPORT Nexus {
   requires detail::ReturnsTask<F>
   [[nodiscard]] Result<void> register_handler(ReqType req_type, F handler,
                                               HandlerMode mode = HandlerMode::kForeground);
+  // A coroutine handler returns Task<void>: a Task<T> would be dropped
+  // unstarted (converted to a plain handler), so it does not compile.
+  template <typename F>
+  requires detail::ReturnsValueTask<F> Result<void> register_handler(
+      ReqType req_type, F handler, HandlerMode mode = HandlerMode::kForeground)
+  = delete;
 
   // "host:port" this Nexus listens on (with the real port if 0 was asked).
   const std::string& uri() const;

@@ -44,8 +44,10 @@ class OwnedBuffer {
   bool valid() const { return buf_.valid(); }
   MsgBuffer& get() { return buf_; }
   const MsgBuffer& get() const { return buf_; }
-  operator MsgBuffer&() { return buf_; }  // NOLINT(implicit): used where MsgBuffer& is taken
-  operator const MsgBuffer&() const { return buf_; }  // NOLINT(implicit)
+  operator MsgBuffer&() & { return buf_; }  // NOLINT(implicit): used where MsgBuffer& is taken
+  operator const MsgBuffer&() const& { return buf_; }  // NOLINT(implicit)
+  // Not from a temporary: it would free the buffer while a request uses it.
+  operator MsgBuffer&() && = delete;
   uint8_t* data() { return buf_.data(); }
   const uint8_t* data() const { return buf_.data(); }
   size_t size() const { return buf_.size(); }

@@ -136,7 +136,9 @@ class RPC_EXPORT Rpc {
   // Starts a coroutine now (it runs until its first suspension, here) and
   // keeps it until it finishes; ~Rpc destroys the frames of those still
   // suspended, after failing every outstanding request (which resumes
-  // the ones awaiting calls). Calls from this Rpc's thread only.
+  // the ones awaiting calls). Calls from this Rpc's thread only. The
+  // coroutine awaits calls of this Rpc only: its frame dies with this Rpc,
+  // so a call pending on another Rpc would resume a destroyed frame.
   void spawn(Task<void> task);
 
   // Sends the response for a request. resp is either the handle's

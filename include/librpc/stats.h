@@ -83,14 +83,15 @@ struct RpcStats {
   // nothing for partial_request_timeout_ms (the server may have dropped
   // the part it had).
   uint64_t requests_restarted = 0;
-  uint64_t requests_past_deadline = 0;   // failed with kTimedOut (RequestOptions::timeout)
-  uint64_t requests_cancelled = 0;       // ended by Rpc::cancel()
+  uint64_t requests_past_deadline = 0;  // failed with kTimedOut (RequestOptions::timeout)
+  uint64_t requests_cancelled = 0;      // ended by Rpc::cancel()
   // Of those two, requests sent by one-sided read whose end waited for the
   // server's answer (it may have been reading them: docs/api.md).
   uint64_t requests_end_deferred = 0;
   uint64_t handler_exceptions = 0;       // handlers that threw (kHandlerFailed sent)
   uint64_t continuation_exceptions = 0;  // continuations that threw (caught, logged)
   uint64_t task_exceptions = 0;          // spawned coroutines that threw (caught, logged)
+  uint64_t handlers_unanswered = 0;      // coroutine handlers that ended without answering
   uint64_t callback_exceptions = 0;      // session callbacks that threw (caught, logged)
   // Levels, not counters: RX ring entries the sessions' credits hold, and
   // credits granted beyond the ring's room (docs/design.md, "Sessions and

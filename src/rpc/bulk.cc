@@ -224,6 +224,11 @@ void RpcImpl::poll_bulk() {
     }
     ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];
     RPC_ASSERT(slot.active && slot.bulk_read == index, "a live response read belongs to its slot");
+    if (slot.pending_end != Errc::kOk) [[unlikely]] {  // given up while the read ran
+      slot.bulk_read = kNoBulkRead;
+      client_complete(slot, slot.pending_end, 0);
+      continue;
+    }
     if (!done[i].ok) {
       bulk_resp_read_failed(slot);
       continue;

@@ -31,22 +31,41 @@ bool RpcImpl::cancel(RequestId id) noexcept {
 }
 
 void RpcImpl::end_request_early(ClientSlot& slot, Errc errc) {
-  // A request whose control packet went out may be being read one-sided
-  // by the server. Withdrawing it (revoke_exposure) would fail that read,
-  // and on verbs RC and ofi_rxm over verbs a failed read breaks the
-  // connection, and every session over it (seen in the Soft-RoCE VM). So
-  // it ends when the server answers: by then the read is over.
-  // (Once the server has answered, num_rx > 0, it has read it.)
-  if (slot.bulk_req && slot.tx_high > 0 && slot.num_rx == 0 && slot.req_exposure.active()) {
+  // A transfer that may still touch the request's buffers, or the
+  // server's, keeps the slot (so the slot's next request cannot make the
+  // server withdraw what is being read) and the request ends when it is
+  // over (pending_end, applied in resp.cc and bulk.cc):
+  // - a request whose control packet went out may be being read one-sided
+  //   by the server; withdrawing it (revoke_exposure) would fail that
+  //   read, and on verbs RC and ofi_rxm over verbs a failed read breaks the
+  //   connection and every session over it (seen in the Soft-RoCE VM). By
+  //   the server's answer (num_rx > 0) its read is over.
+  // - a response being read into resp reads the server's exposure, which
+  //   the server revokes when the slot's next request arrives.
+  const bool request_may_be_read =
+      slot.bulk_req && slot.tx_high > 0 && slot.num_rx == 0 && slot.req_exposure.active();
+  if (request_may_be_read || slot.bulk_read != kNoBulkRead) {
     slot.pending_end = errc;
     stats_.requests_end_deferred++;
     return;
   }
+  Session& session = *slot.session;
+  bool reset_session = false;
+  if (slot.tx_high == 0) {
+    slot.next_req_num = slot.req_num;  // never on the wire: the next request reuses its number
+  } else if (slot.num_rx == 0 && ++slot.given_up_unheard >= kMaxReqsGivenUp) {
+    // The server takes at most kMaxReqsGivenUp numbers ahead: one more
+    // and the slot would be stuck, each new request given up in its turn.
+    reset_session = true;
+  }
   // Packets of the request may wait in the TX batch, pointing into the
-  // buffer the continuation hands back. A response being read into resp
-  // holds the continuation back until the read is done (client_complete).
+  // buffer the continuation hands back.
   tx_flush();
   client_complete(slot, errc, 0);
+  if (reset_session && session.is_connected()) {
+    stats_.requests_timed_out++;
+    reset_client_session(session, Errc::kSessionReset, SmErr::kRequestTimeout, /*send_disc=*/true);
+  }
 }
 
 // Entries already taken out of the backlog (they never reached a slot, so

@@ -57,7 +57,31 @@ HandlerRun handler_run(ReqHandle& handle) noexcept {
 }
 
 void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept {
-  impl_of(*run.rpc).handler_failed(run.session_num, run.slot_index, run.req_num, what_of(e));
+  impl_of(*run.rpc).coroutine_handler_ended(run.session_num, run.slot_index, run.req_num, e);
+}
+
+// A coroutine handler's task ended. Unanswered, its request fails with
+// kHandlerFailed: a throw is counted as a handler exception; ending
+// without an answer is misuse, said in the log.
+void RpcImpl::coroutine_handler_ended(SessionNum sn, size_t slot_index, uint64_t req_num,
+                                      std::exception_ptr e) {
+  if (e) {
+    handler_failed(sn, slot_index, req_num, what_of(e));
+    return;
+  }
+  if (destroying_) return;
+  Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
+  if (s == nullptr || s->is_client() || !s->sslots.allocated()) return;
+  ServerSlot& slot = s->sslots[slot_index];
+  if (slot.state != ServerSlotState::kInHandler || slot.req_num != req_num) return;  // answered
+  RPC_LOG_ERROR(
+      "Rpc {}: a coroutine handler (request type {}) finished without answering its "
+      "request; it fails with kHandlerFailed",
+      config_.rpc_id, slot.handle.req_type());
+  stats_.handlers_unanswered++;
+  MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(slot.handle);
+  pre_resp.resize(0);
+  apply_response(slot.handle, pre_resp, RespStatus::kHandlerFailed);
 }
 
 }  // namespace detail

@@ -24,6 +24,7 @@ struct EventLoopThread::State {
   std::mutex accepting_mutex;
   bool accepting = true;
   std::atomic<bool> stop{false};
+  std::mutex stop_mutex;
   std::atomic<uint64_t> work_exceptions{0};
   Work on_iteration;
   std::thread::id loop_thread_id;
@@ -57,13 +58,26 @@ struct EventLoopThread::State {
     while (!stop.load(std::memory_order_acquire)) {
       if (mailbox.pending()) run_work(*rpc);
       rpc->run_event_loop_once();
-      if (on_iteration) on_iteration(*rpc);
+      if (on_iteration) run_on_iteration(*rpc);
     }
     {
       std::lock_guard lock(accepting_mutex);
       accepting = false;
     }
     run_work(*rpc);
+    on_iteration = nullptr;  // its captures die on this thread, before the Rpc
+  }
+
+  void run_on_iteration(Rpc& rpc) {
+    try {
+      on_iteration(rpc);
+    } catch (const std::exception& e) {
+      work_exceptions.fetch_add(1, std::memory_order_relaxed);
+      RPC_LOG_ERROR("EventLoopThread (Rpc {}): on_iteration threw: {}", rpc_id, e.what());
+    } catch (...) {
+      work_exceptions.fetch_add(1, std::memory_order_relaxed);
+      RPC_LOG_ERROR("EventLoopThread (Rpc {}): on_iteration threw", rpc_id);
+    }
   }
 };
 
@@ -87,6 +101,7 @@ EventLoopThread::EventLoopThread(Nexus& nexus, const RpcConfig& config, Work on_
 EventLoopThread::~EventLoopThread() { stop(); }
 
 bool EventLoopThread::submit(Work work) {
+  if (!work) return false;  // nothing to run
   std::lock_guard lock(state_->accepting_mutex);
   if (!state_->accepting) return false;
   state_->mailbox.post(std::move(work));
@@ -94,6 +109,7 @@ bool EventLoopThread::submit(Work work) {
 }
 
 bool EventLoopThread::run_and_wait(Work work) {
+  if (!work) return false;
   RPC_CHECK_USAGE(std::this_thread::get_id() != state_->loop_thread_id,
                   "EventLoopThread (Rpc {}): run_and_wait from its own thread would wait forever",
                   state_->rpc_id);
@@ -115,9 +131,10 @@ bool EventLoopThread::run_and_wait(Work work) {
 }
 
 void EventLoopThread::stop() {
-  if (!state_->thread.joinable()) return;
   RPC_CHECK_USAGE(std::this_thread::get_id() != state_->loop_thread_id,
                   "EventLoopThread (Rpc {}): stopped from its own thread", state_->rpc_id);
+  std::lock_guard lock(state_->stop_mutex);  // two threads stopping: one joins
+  if (!state_->thread.joinable()) return;
   state_->stop.store(true, std::memory_order_release);
   state_->thread.join();
 }

@@ -57,8 +57,13 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
   next_request_seq_ = (next_request_seq_ + 1) & ((uint64_t{1} << 48) - 1);
   if (next_request_seq_ == 0) next_request_seq_ = 1;
   if (id_out != nullptr) *id_out = RequestId{id};
+  // Clamped to a year: far enough to mean "none in practice", near enough
+  // not to overflow.
+  constexpr int64_t kMaxTimeoutUs = int64_t{365} * 24 * 3600 * 1000000;
   const uint64_t deadline_ns =
-      timeout.count() == 0 ? 0 : now_ns_ + static_cast<uint64_t>(timeout.count()) * 1000;
+      timeout.count() == 0
+          ? 0
+          : now_ns_ + static_cast<uint64_t>(std::min(timeout.count(), kMaxTimeoutUs)) * 1000;
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {
       if (!slot.active) {

@@ -15,12 +15,16 @@ namespace rpc::detail {
 void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   if (handle.is_background()) return post_bg_response(handle, resp, RespStatus::kOk);
   RPC_CHECK_OWNER("enqueue_response");
+  if (destroying_) [[unlikely]]
+    return;  // ~Rpc: its clients' sessions are being reset
   apply_response(handle, resp, RespStatus::kOk);
 }
 
 void RpcImpl::enqueue_error_response(ReqHandle& handle, MsgBuffer& pre_resp) noexcept {
   if (handle.is_background()) return post_bg_response(handle, pre_resp, RespStatus::kAppError);
   RPC_CHECK_OWNER("enqueue_error_response");
+  if (destroying_) [[unlikely]]
+    return;
   apply_response(handle, pre_resp, RespStatus::kAppError);
 }
 
@@ -165,6 +169,7 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uin
   // credits are returned now.
   session.credits += slot.num_tx - slot.num_rx;
   slot.active = false;
+  if (slot.num_rx != 0) slot.given_up_unheard = 0;  // the server hears this slot
   // The server has read the request (it answered), or never will: the
   // request buffer goes back to the application unexposed.
   if (slot.req_exposure.active()) transport_->revoke_exposure(slot.req_exposure);

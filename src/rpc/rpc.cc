@@ -16,7 +16,9 @@ namespace rpc {
 
 Rpc::Rpc(Nexus& nexus, const RpcConfig& config)
     : impl_(std::make_unique<detail::RpcImpl>(*this, detail::impl_of(nexus), config)) {}
-Rpc::~Rpc() = default;
+// The teardown runs while the Rpc is whole: continuations and coroutines
+// it resumes may still call it (to free buffers, say).
+Rpc::~Rpc() { impl_->shutdown(); }
 
 Result<SessionNum> Rpc::create_session(const std::string& remote_uri, RpcId remote_rpc_id) {
   return impl_->create_session(remote_uri, remote_rpc_id);
@@ -176,7 +178,10 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
 
 // Every accepted request's continuation runs exactly once, here if not
 // before; peers are told; nothing is sent from a freed session.
-RpcImpl::~RpcImpl() {
+RpcImpl::~RpcImpl() { shutdown(); }
+
+void RpcImpl::shutdown() {
+  if (shut_down_) return;
   RPC_CHECK_USAGE(!in_event_loop_,
                   "Rpc {} destroyed from inside its own event loop (a continuation, handler or "
                   "session callback)",
@@ -227,6 +232,7 @@ RpcImpl::~RpcImpl() {
   // Every continuation has run, resuming the coroutines that awaited
   // calls; those still suspended wait for nothing that will come.
   spawned_.destroy_all();
+  shut_down_ = true;
 }
 
 MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {

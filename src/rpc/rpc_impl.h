@@ -114,6 +114,9 @@ class RpcImpl final : public RpcEndpoint {
  public:
   RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config);
   ~RpcImpl();
+  // ~Rpc's work: fails what is outstanding, ends the sessions, drains
+  // reads, destroys suspended coroutines. Idempotent.
+  void shutdown();
 
   // --- public API (rpc.cc, sm.cc, req.cc, resp.cc, ev_loop.cc) ---
   Result<SessionNum> create_session(const std::string& remote_uri, RpcId remote_rpc_id);
@@ -121,6 +124,8 @@ class RpcImpl final : public RpcEndpoint {
                              std::chrono::milliseconds timeout);
   void spawn(std::coroutine_handle<TaskPromise<void>> task);
   void count_task_exception(const char* what);  // coro.cc
+  void coroutine_handler_ended(SessionNum sn, size_t slot_index, uint64_t req_num,
+                               std::exception_ptr e);
   // A handler threw (or a coroutine handler, from coro.cc); req.cc.
   void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
   Result<void> destroy_session(SessionNum sn);
@@ -346,8 +351,13 @@ class RpcImpl final : public RpcEndpoint {
   // The last connect that failed, for connect() (session_api.cc).
   uint64_t connect_failures_ = 0;
   std::pair<SessionNum, SmErr> last_connect_failure_{kInvalidSessionNum, SmErr::kNone};
-  SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)  // RequestId: (session <<
-                          // 48) | seq (48 bits, never 0)
+  SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)
+  bool shut_down_ = false;
+  // Sessions freed during shutdown: kept until the Rpc is gone, since a
+  // continuation that runs late (after its read) may still name a handle of
+  // one (a coroutine handler answering; ignored then).
+  std::vector<std::unique_ptr<Session>> graveyard_;  // RequestId: (session <<
+                                                     // 48) | seq (48 bits, never 0)
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;  // the loop is not re-entrant

@@ -16,6 +16,7 @@ size_t RpcImpl::process_rx() {
 bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
   const size_t dpp = caps_.max_data_per_pkt;
   const size_t msg_size = hdr.msg_size();
+  if (hdr.status() > RespStatus::kAppError) return false;  // no such status
   // An application error is one packet of exactly its code.
   if (hdr.status() == RespStatus::kAppError) {
     return hdr.pkt_type() == PktType::kResp && !hdr.bulk() && hdr.pkt_num() == 0 &&

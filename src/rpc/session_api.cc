@@ -56,13 +56,18 @@ Result<SessionNum> RpcImpl::connect(const std::string& remote_uri, RpcId remote_
   Result<SessionNum> created = create_session(remote_uri, remote_rpc_id);
   if (!created) return created;
   const SessionNum sn = *created;
-  const uint64_t deadline_ns = read_clock() + static_cast<uint64_t>(timeout.count()) * 1000000;
+  const uint64_t token = sessions_[sn]->sm_token;  // a reused number is another session
+  auto ours = [&] { return sessions_[sn] != nullptr && sessions_[sn]->sm_token == token; };
+  const uint64_t deadline_ns =
+      read_clock() + static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)) * 1000000;
   for (;;) {
-    if (is_connected(sn)) return sn;
-    if (connect_failures_ != failures_before && last_connect_failure_.first == sn) {
-      return Failure{fmt::format("connect to Rpc {} at {}: {}", remote_rpc_id, remote_uri,
-                                 to_string(last_connect_failure_.second))};
+    if (!ours()) {  // freed: its connect failed (the reason was recorded when it was)
+      const bool known = connect_failures_ != failures_before && last_connect_failure_.first == sn;
+      return Failure{fmt::format(
+          "connect to Rpc {} at {}: {}", remote_rpc_id, remote_uri,
+          known ? to_string(last_connect_failure_.second) : std::string_view("connect failed"))};
     }
+    if (sessions_[sn]->is_connected()) return sn;
     if (read_clock() >= deadline_ns) break;
     run_event_loop_once();  // aborts when called from inside the event loop
   }

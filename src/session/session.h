@@ -36,9 +36,11 @@ static_assert((kSessionReqWindow & (kSessionReqWindow - 1)) == 0, "window must b
 // deadline) before any of their packets arrived. Small, so that a packet
 // forged with the peer's address has about no chance of landing in the
 // window (request numbers start at a random 44-bit point) and wedging the
-// slot. A slot whose client gave up more than this many requests in a row
-// that the server never heard of (a long outage with short deadlines) is
-// stuck until request_timeout_ms resets the session.
+// slot. A request given up before any packet of it went out leaves no
+// gap (its number is reused); a client that gives up this many requests of
+// one slot in a row with no answer (a long outage with short deadlines)
+// resets the session (SmErr::kRequestTimeout) rather than leave the slot
+// stuck.
 inline constexpr uint64_t kMaxReqsGivenUp = 64;
 // ClientSlot::rtt_sample_index when no packet is being timed.
 inline constexpr size_t kNoSample = SIZE_MAX;
@@ -147,7 +149,10 @@ struct ClientSlot {
   // one-sided: the outcome it ends with once the server answers (cancel.cc).
   // kOk: not given up.
   Errc pending_end = Errc::kOk;
-  bool in_wheel = false;             // a pacing wake-up is in the timing wheel
+  // Requests of this slot given up in a row with no answer from the server
+  // (each may have left a gap in its request numbers: kMaxReqsGivenUp).
+  uint32_t given_up_unheard = 0;
+  bool in_wheel = false;  // a pacing wake-up is in the timing wheel
 };
 
 // A server slot's life; every change goes through RpcImpl::set_slot_state

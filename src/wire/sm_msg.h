@@ -76,7 +76,11 @@
 namespace rpc::detail {
 
 inline constexpr uint32_t kSmMagic = 0x4350524C;  // "LRPC" in byte order
-inline constexpr uint16_t kSmVersion = 3;
+// 4: the datapath changed meaning under the same layout (issue 13): response
+// status 3 (an application error) and a server that takes a slot's request
+// numbers up to kMaxReqsGivenUp ahead. A v3 peer would take the one for
+// success and wedge on the other, so the versions refuse each other.
+inline constexpr uint16_t kSmVersion = 4;
 inline constexpr size_t kSmMsgBytes = 88;
 inline constexpr size_t kSmEnvelopeBytes = 32;  // magic..token
 inline constexpr uint64_t kIncarnationMask = (1ull << 48) - 1;

@@ -45,10 +45,11 @@ struct Engines {
 // Independent statement of what a receiver may accept: the reference the
 // engine's check is compared against.
 bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg, bool bulk_cap) {
+  if (static_cast<uint8_t>(h.status()) > 3) return false;  // statuses 4..15 do not exist
   // An application error: one response packet holding exactly its 4-byte code.
   if (h.status() == RespStatus::kAppError) {
-    return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 &&
-           h.msg_size() == 4 && data_len == 4;
+    return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 && h.msg_size() == 4 &&
+           data_len == 4;
   }
   switch (h.pkt_type()) {
     case PktType::kRfr:
