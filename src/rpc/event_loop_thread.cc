@@ -30,19 +30,23 @@ struct EventLoopThread::State {
   std::thread::id loop_thread_id;
   std::thread thread;
 
+  // Runs work (submitted, or on_iteration): an exception is logged and
+  // counted, and the loop carries on.
+  void run_guarded(Work& work, Rpc& rpc, const char* what) {
+    try {
+      work(rpc);
+    } catch (const std::exception& e) {
+      work_exceptions.fetch_add(1, std::memory_order_relaxed);
+      RPC_LOG_ERROR("EventLoopThread (Rpc {}): {} threw: {}", rpc_id, what, e.what());
+    } catch (...) {
+      work_exceptions.fetch_add(1, std::memory_order_relaxed);
+      RPC_LOG_ERROR("EventLoopThread (Rpc {}): {} threw", rpc_id, what);
+    }
+  }
+
   void run_work(Rpc& rpc) {
     mailbox.take_all(taken);
-    for (Work& work : taken) {
-      try {
-        work(rpc);
-      } catch (const std::exception& e) {
-        work_exceptions.fetch_add(1, std::memory_order_relaxed);
-        RPC_LOG_ERROR("EventLoopThread (Rpc {}): submitted work threw: {}", rpc_id, e.what());
-      } catch (...) {
-        work_exceptions.fetch_add(1, std::memory_order_relaxed);
-        RPC_LOG_ERROR("EventLoopThread (Rpc {}): submitted work threw", rpc_id);
-      }
-    }
+    for (Work& work : taken) run_guarded(work, rpc, "submitted work");
     taken.clear();  // destroys the work (and its captures) on this thread
   }
 
@@ -58,7 +62,7 @@ struct EventLoopThread::State {
     while (!stop.load(std::memory_order_acquire)) {
       if (mailbox.pending()) run_work(*rpc);
       rpc->run_event_loop_once();
-      if (on_iteration) run_on_iteration(*rpc);
+      if (on_iteration) run_guarded(on_iteration, *rpc, "on_iteration");
     }
     {
       std::lock_guard lock(accepting_mutex);
@@ -66,18 +70,6 @@ struct EventLoopThread::State {
     }
     run_work(*rpc);
     on_iteration = nullptr;  // its captures die on this thread, before the Rpc
-  }
-
-  void run_on_iteration(Rpc& rpc) {
-    try {
-      on_iteration(rpc);
-    } catch (const std::exception& e) {
-      work_exceptions.fetch_add(1, std::memory_order_relaxed);
-      RPC_LOG_ERROR("EventLoopThread (Rpc {}): on_iteration threw: {}", rpc_id, e.what());
-    } catch (...) {
-      work_exceptions.fetch_add(1, std::memory_order_relaxed);
-      RPC_LOG_ERROR("EventLoopThread (Rpc {}): on_iteration threw", rpc_id);
-    }
   }
 };
 
