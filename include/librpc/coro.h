@@ -34,6 +34,28 @@
 
 namespace rpc {
 
+// What coro.h's templates need from the compiled library (exported, so
+// public; not for applications).
+struct RPC_EXPORT CoroutineSupport {
+  // An exception escaped a spawned task: logged and counted in
+  // RpcStats::task_exceptions (the Rpc carries on, as for continuations).
+  static void report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept;
+  // The request a handle holds now, named by number: once answered, the
+  // handle (and its session) may be gone, or reused by the slot's next
+  // request.
+  struct HandlerRun {
+    Rpc* rpc;
+    SessionNum session_num;
+    uint32_t slot_index;
+    uint64_t req_num;
+  };
+  static HandlerRun handler_run(ReqHandle& handle) noexcept;
+  // A coroutine handler threw (e != nullptr), or finished without
+  // answering: if that request is still unanswered, the client is answered
+  // with Errc::kHandlerFailed (logged), as for a plain handler that throws.
+  static void handler_ended(const HandlerRun& run, std::exception_ptr e) noexcept;
+};
+
 namespace detail {
 
 struct TaskPromiseBase;
@@ -49,24 +71,6 @@ struct SpawnedTasks {
   // Destroys every frame still listed (suspended forever otherwise).
   void destroy_all() noexcept;
 };
-
-// An exception escaped a spawned task: logged and counted in
-// RpcStats::task_exceptions (the Rpc carries on, as for continuations).
-RPC_EXPORT void report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept;
-// The request a handle holds now, named by number: once answered, the
-// handle (and its session) may be gone, or reused by the slot's next
-// request.
-struct HandlerRun {
-  Rpc* rpc;
-  SessionNum session_num;
-  uint32_t slot_index;
-  uint64_t req_num;
-};
-RPC_EXPORT HandlerRun handler_run(ReqHandle& handle) noexcept;
-// A coroutine handler threw (e != nullptr), or finished without
-// answering: if that request is still unanswered, the client is answered
-// with Errc::kHandlerFailed (logged), as for a plain handler that throws.
-RPC_EXPORT void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept;
 
 struct TaskPromiseBase {
   std::coroutine_handle<> continuation;  // who awaits this task (none when spawned)
@@ -87,7 +91,7 @@ struct TaskPromiseBase {
       TaskPromiseBase& p = h.promise();
       if (p.spawned_in != nullptr) {  // nobody awaits it: it ends itself
         p.spawned_in->remove(&p);
-        if (p.exception) report_task_exception(*p.spawned_on, p.exception);
+        if (p.exception) CoroutineSupport::report_task_exception(*p.spawned_on, p.exception);
         h.destroy();
         return std::noop_coroutine();
       }
@@ -261,7 +265,7 @@ namespace detail {
 // Runs a coroutine handler; answers kHandlerFailed if it throws.
 template <typename F>
 Task<void> run_coroutine_handler(F& handler, ReqHandle& handle) {
-  const HandlerRun run = handler_run(handle);
+  const CoroutineSupport::HandlerRun run = CoroutineSupport::handler_run(handle);
   std::exception_ptr failed;
   try {
     co_await handler(handle);
@@ -270,7 +274,7 @@ Task<void> run_coroutine_handler(F& handler, ReqHandle& handle) {
   }
   // Also when it finished without answering (a coroutine handler answers
   // before it ends): the request would otherwise hold its slot for good.
-  coroutine_handler_failed(run, failed);
+  CoroutineSupport::handler_ended(run, failed);
 }
 
 }  // namespace detail

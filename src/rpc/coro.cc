@@ -40,24 +40,29 @@ const char* what_of(std::exception_ptr e) {
 
 }  // namespace
 
-void report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept {
-  impl_of(rpc).count_task_exception(what_of(e));
+}  // namespace detail
+
+void CoroutineSupport::report_task_exception(Rpc& rpc, std::exception_ptr e) noexcept {
+  detail::impl_of(rpc).count_task_exception(detail::what_of(e));
 }
 
-void RpcImpl::count_task_exception(const char* what) {
-  stats_.task_exceptions++;
-  RPC_LOG_ERROR("Rpc {}: a spawned coroutine threw: {}", config_.rpc_id, what);
-}
-
-HandlerRun handler_run(ReqHandle& handle) noexcept {
-  ServerSlot& slot = *ReqHandleAccess::slot(handle);
-  Session& session = *slot.session;
+CoroutineSupport::HandlerRun CoroutineSupport::handler_run(ReqHandle& handle) noexcept {
+  detail::ServerSlot& slot = *detail::ReqHandleAccess::slot(handle);
+  detail::Session& session = *slot.session;
   return HandlerRun{&handle.rpc(), session.local_num,
                     static_cast<uint32_t>(&slot - session.sslots.data()), slot.req_num};
 }
 
-void coroutine_handler_failed(const HandlerRun& run, std::exception_ptr e) noexcept {
-  impl_of(*run.rpc).coroutine_handler_ended(run.session_num, run.slot_index, run.req_num, e);
+void CoroutineSupport::handler_ended(const HandlerRun& run, std::exception_ptr e) noexcept {
+  detail::impl_of(*run.rpc).coroutine_handler_ended(run.session_num, run.slot_index, run.req_num,
+                                                    e);
+}
+
+namespace detail {
+
+void RpcImpl::count_task_exception(const char* what) {
+  stats_.task_exceptions++;
+  RPC_LOG_ERROR("Rpc {}: a spawned coroutine threw: {}", config_.rpc_id, what);
 }
 
 // A coroutine handler's task ended. Unanswered, its request fails with
