@@ -12,16 +12,16 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 reps=${2:-5}
-for prog in small_rpc_tput latency large_rpc_tput cpu_cost/cpu_cost; do
+for prog in librpc-small-rpc-tput librpc-latency librpc-large-rpc-tput cpu_cost/cpu_cost; do
   [ -x "$build/bench/$prog" ] || { echo "cc_cost.sh: $build/bench/$prog not built" >&2; exit 2; }
 done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 declare -A cmd=(
-  [small]="small_rpc_tput --duration 3"
-  [latency]="latency --iters 100000 --warmup 10000"
-  [large]="large_rpc_tput --sizes 64K,1M --duration 2"
+  [small]="librpc-small-rpc-tput --duration 3"
+  [latency]="librpc-latency --iters 100000 --warmup 10000"
+  [large]="librpc-large-rpc-tput --sizes 64K,1M --duration 2"
 )
 for r in $(seq "$reps"); do
   for bench in small latency large; do

@@ -3,7 +3,7 @@
 # through one link. Every host is a network namespace; the clients and the
 # server hang off a bridge in a router namespace, and the bridge's port
 # toward the server is a `tc tbf` bottleneck with a bounded queue (the
-# kernel's own stack, no emulation of ours). Each client (bench/incast)
+# kernel's own stack, no emulation of ours). Each client (bench/librpc-incast)
 # keeps one session busy with back-to-back bulk requests and measures small
 # probes on another. Reported per client and in all: probe p50/p99, bulk
 # goodput, retransmissions, and the bottleneck's drops (`tc -s qdisc`);
@@ -29,7 +29,7 @@ QUEUE=${INCAST_QUEUE_BYTES:-200000}
 IDLE=${INCAST_IDLE_SLEEP_US:-20}
 BULK=${INCAST_BULK:-1M}
 EXTRA=${INCAST_EXTRA:-}
-PROG=$BUILD/bench/incast
+PROG=$BUILD/bench/librpc-incast
 
 skip() {
   echo "SKIP: $*"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs bench/sessions at 1,000 sessions (the server Rpc's default config)
+# Runs bench/librpc-sessions at 1,000 sessions (the server Rpc's default config)
 # and at 20,000 (max_sessions raised, the documented config for many
 # sessions), REPS times each, interleaved (1k 20k 1k 20k ...), with the
 # load average and CPU idle share recorded before each run, and writes
@@ -11,8 +11,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 reps=${2:-5}
-prog=$build/bench/sessions
-[ -x "$prog" ] || { echo "sessions.sh: $prog not built (ninja -C $build bench/sessions)" >&2; exit 2; }
+prog=$build/bench/librpc-sessions
+[ -x "$prog" ] || { echo "sessions.sh: $prog not built (ninja -C $build bench/librpc-sessions)" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -67,7 +67,7 @@ for n, label, cfg in (("1k", "1,000", "default (`max_sessions` 1024)"),
 os.makedirs(os.path.dirname(dest), exist_ok=True)
 with open(dest, "w") as f:
     f.write("## Sessions\n\n")
-    f.write(f"`bash bench/sessions.sh` at git {git}: `bench/sessions` {reps} times per size, "
+    f.write(f"`bash bench/sessions.sh` at git {git}: `bench/librpc-sessions` {reps} times per size, "
             "interleaved, medians. One client thread opens the sessions (at most 512 connects "
             "outstanding) to one server Rpc in a child process, over udp on 127.0.0.1, then "
             "keeps 256 requests of 32 B in flight, each on the next session in turn, for 2 s. "

@@ -33,7 +33,7 @@ fi
 if [[ ! -f $build_dir/build.ninja ]]; then
   meson setup "$build_dir" "$root"
 fi
-ninja -C "$build_dir" bench/baselines/udp_pingpong bench/latency >/dev/null
+ninja -C "$build_dir" bench/baselines/udp_pingpong bench/librpc-latency >/dev/null
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -42,7 +42,7 @@ echo "== raw UDP: udp_pingpong --size $size --iters $iters ${warmup_args[*]}"
 "$build_dir/bench/baselines/udp_pingpong" --size "$size" --iters "$iters" "${warmup_args[@]}" \
   --json "$tmp/raw.json"
 echo "== librpc: latency --sizes $size --iters $iters ${warmup_args[*]}"
-"$build_dir/bench/latency" --sizes "$size" --iters "$iters" "${warmup_args[@]}" \
+"$build_dir/bench/librpc-latency" --sizes "$size" --iters "$iters" "${warmup_args[@]}" \
   --json "$tmp/librpc.json"
 
 python3 - "$tmp/librpc.json" "$tmp/raw.json" "$size" <<'EOF'

@@ -138,15 +138,15 @@ meson compile -C "$build_dir" || fail "build"
 step "hello_server and hello_client"
 hello_port=$(free_udp_port "${HELLO_PORT:-31850}")
 # --seconds bounds a server that outlives this script by accident.
-start_server hello_server "$apps/hello_server" --uri "127.0.0.1:$hello_port" --seconds 600
-retry 3 120 "$apps/hello_client" --server "$server_addr" --count 1000 || fail "hello_client"
+start_server hello_server "$apps/librpc-hello-server" --uri "127.0.0.1:$hello_port" --seconds 600
+retry 3 120 "$apps/librpc-hello-client" --server "$server_addr" --count 1000 || fail "hello_client"
 stop_server hello_server
 
 step "reverse server and reverse client"
 reverse_port=$(free_udp_port "${REVERSE_PORT:-31851}")
-start_server reverse_server "$apps/reverse" server --uri "127.0.0.1:$reverse_port"
-retry 3 60 "$apps/reverse" client "$server_addr" || fail "reverse client"
-retry 3 60 "$apps/reverse" client "$server_addr" "librpc: eRPC-style RPCs in userspace" ||
+start_server reverse_server "$apps/librpc-reverse" server --uri "127.0.0.1:$reverse_port"
+retry 3 60 "$apps/librpc-reverse" client "$server_addr" || fail "reverse client"
+retry 3 60 "$apps/librpc-reverse" client "$server_addr" "librpc: eRPC-style RPCs in userspace" ||
   fail "reverse client"
 stop_server reverse_server
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential meson ninja-build pkg-config
-  libfmt-dev libasio-dev catch2
+  libfmt-dev libasio-dev catch2 libcli11-dev nlohmann-json3-dev
   libibverbs-dev rdma-core perftest libfabric-dev
   clang libclang-rt-14-dev iproute2 python3
 )

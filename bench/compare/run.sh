@@ -282,13 +282,13 @@ for r in $(seq 1 "$reps"); do
     "$bench/baselines/udp_pingpong" --size 32 --iters "$lat_iters" --warmup "$lat_warmup" \
     --json "$out/a1_raw_udp_r$r.json"
   step "a2_r$r" lat32 latency 120 "$out/a2_librpc_udp_r$r.json" "latency 32 B: librpc over udp (rep $r)" -- \
-    "$bench/latency" --transport udp --sizes 32 --iters "$lat_iters" --warmup "$lat_warmup" \
+    "$bench/librpc-latency" --transport udp --sizes 32 --iters "$lat_iters" --warmup "$lat_warmup" \
     --json "$out/a2_librpc_udp_r$r.json"
   mkdir -p "$out/a8_sockperf_r$r" "$out/a4_fi_pingpong_r$r" "$out/a5_ucx_r$r"
   step "a8_r$r" lat32 latency 120 "$out/a8_sockperf_r$r" "latency 32 B: sockperf ping-pong, UDP, busy-poll (rep $r)" -- \
     env "${peer_env[@]}" bash bench/peers/sockperf.sh "$out/a8_sockperf_r$r"
   step "a9_r$r" lat32 latency 120 "$out/a9_librpc_fabric_shm_r$r.json" "latency 32 B: librpc over fabric shm (rep $r)" -- \
-    "$bench/latency" --transport fabric --fabric-provider shm --sizes 32 --iters "$lat_iters" \
+    "$bench/librpc-latency" --transport fabric --fabric-provider shm --sizes 32 --iters "$lat_iters" \
     --warmup "$lat_warmup" --json "$out/a9_librpc_fabric_shm_r$r.json"
   step "a4_r$r" lat32 latency 300 "$out/a4_fi_pingpong_r$r" "latency 32 B: libfabric fi_pingpong (udp, shm, tcp;ofi_rxm) (rep $r)" -- \
     env "${peer_env[@]}" bash bench/peers/fi_pingpong.sh "$out/a4_fi_pingpong_r$r"
@@ -302,7 +302,7 @@ done
 # Latency vs size: librpc's sweep and raw UDP at the same sizes (a UDP
 # datagram carries at most 65507 bytes, so raw UDP's last point is 65507 B).
 step a6 sweep latency 300 "$out/a6_librpc_sweep.json" "latency vs size: librpc udp sweep 32 B..64 KiB" -- \
-  "$bench/latency" --transport udp --sweep --iters "$sweep_iters" --warmup "$sweep_warmup" \
+  "$bench/librpc-latency" --transport udp --sweep --iters "$sweep_iters" --warmup "$sweep_warmup" \
   --duration "$sweep_cap_s" --json "$out/a6_librpc_sweep.json"
 for s in "${sweep_sizes[@]}"; do
   ds=$s; [ "$ds" -gt 65507 ] && ds=65507
@@ -321,7 +321,7 @@ for w in "${windows[@]}"; do
 done
 for w in "${windows[@]}"; do
   step "b2_w$w" rate rate "$rate_limit" "$out/b2_librpc_w$w.json" "rate 32 B: librpc small_rpc_tput over udp, window $w" -- \
-    "$bench/small_rpc_tput" --transport udp --size 32 --window "$w" --duration "$rate_s" \
+    "$bench/librpc-small-rpc-tput" --transport udp --size 32 --window "$w" --duration "$rate_s" \
     --json "$out/b2_librpc_w$w.json"
 done
 grpc_limit=$(awk -v d="$rate_s" -v n="${#windows[@]}" 'BEGIN { printf "%d", (d + 1) * n * 3 + 60 }')
@@ -343,22 +343,22 @@ for r in $(seq 1 "$reps"); do
     "$bench/baselines/udp_stream" --datagram-size 1472 --duration "$stream_s" \
     --warmup-seconds "$rate_warmup_s" --json "$out/c1_raw_udp_stream_r$r.json"
   step "c2_r$r" goodput goodput "$large_limit" "$out/c2_librpc_large_r$r.json" "goodput: librpc large_rpc_tput over udp (GSO/GRO, the default), 4 KiB..8 MiB (rep $r)" -- \
-    "$bench/large_rpc_tput" --transport udp --sizes "$large_sizes" --duration "$large_s" \
+    "$bench/librpc-large-rpc-tput" --transport udp --sizes "$large_sizes" --duration "$large_s" \
     --json "$out/c2_librpc_large_r$r.json"
   step "c3_r$r" goodput goodput "$rate_limit" "$out/c3_raw_udp_stream_offload_r$r.json" "goodput: raw UDP stream with GSO/GRO (--offload on), 1472 B datagrams (rep $r)" -- \
     "$bench/baselines/udp_stream" --datagram-size 1472 --offload on --duration "$stream_s" \
     --warmup-seconds "$rate_warmup_s" --json "$out/c3_raw_udp_stream_offload_r$r.json"
   step "c4_r$r" goodput goodput "$one_limit" "$out/c4_librpc_udp_no_offload_r$r.json" "goodput: librpc over udp, --udp-offload off, 8 MiB (rep $r)" -- \
-    "$bench/large_rpc_tput" --transport udp --udp-offload off --sizes "$goodput_size" \
+    "$bench/librpc-large-rpc-tput" --transport udp --udp-offload off --sizes "$goodput_size" \
     --duration "$large_s" --json "$out/c4_librpc_udp_no_offload_r$r.json"
   step "c5_r$r" goodput goodput "$one_limit" "$out/c5_librpc_fabric_shm_r$r.json" "goodput: librpc over fabric shm, 8 MiB (rep $r)" -- \
-    "$bench/large_rpc_tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
+    "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
     --duration "$large_s" --json "$out/c5_librpc_fabric_shm_r$r.json"
   mkdir -p "$out/c6_ucx_r$r" "$out/c8_iperf3_r$r" "$out/c9_qperf_r$r"
   step "c6_r$r" goodput goodput 300 "$out/c6_ucx_r$r" "goodput: UCX ucx_perftest ucp_am_bw 8 MiB (tcp, sm) (rep $r)" -- \
     env "${peer_env[@]}" WORKLOADS=goodput bash bench/peers/ucx_perf.sh "$out/c6_ucx_r$r"
   step "c7_r$r" goodput goodput "$one_limit" "$out/c7_librpc_fabric_tcp_r$r.json" "goodput: librpc over fabric tcp;ofi_rxm, 8 MiB (rep $r)" -- \
-    "$bench/large_rpc_tput" --transport fabric --fabric-provider 'tcp;ofi_rxm' --sizes "$goodput_size" \
+    "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider 'tcp;ofi_rxm' --sizes "$goodput_size" \
     --duration "$large_s" --json "$out/c7_librpc_fabric_tcp_r$r.json"
   step "c8_r$r" goodput goodput 120 "$out/c8_iperf3_r$r" "goodput: kernel TCP, iperf3 (rep $r)" -- \
     env "${peer_env[@]}" bash bench/peers/iperf3.sh "$out/c8_iperf3_r$r"
@@ -366,7 +366,7 @@ for r in $(seq 1 "$reps"); do
     env "${peer_env[@]}" bash bench/peers/qperf.sh "$out/c9_qperf_r$r"
   # The stream keeps 256 datagrams in flight; librpc at the same window.
   step "c10_r$r" goodput goodput "$one_limit" "$out/c10_librpc_udp_credits256_r$r.json" "goodput: librpc over udp, --credits 256 (the raw stream's window), 8 MiB (rep $r)" -- \
-    "$bench/large_rpc_tput" --transport udp --credits 256 --sizes "$goodput_size" \
+    "$bench/librpc-large-rpc-tput" --transport udp --credits 256 --sizes "$goodput_size" \
     --duration "$large_s" --json "$out/c10_librpc_udp_credits256_r$r.json"
 done
 
@@ -377,7 +377,7 @@ done
 soak_s=10
 [ "$quick" -eq 1 ] && soak_s=1
 step e1 soak soak 120 "$out/e1_librpc_fabric_shm_soak.json" "spurious retransmissions: librpc over fabric shm, 8 MiB for ${soak_s} s" -- \
-  "$bench/large_rpc_tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
+  "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
   --duration "$soak_s" --json "$out/e1_librpc_fabric_shm_soak.json"
 
 # ---------------------------------------------------------------------------

@@ -12,9 +12,9 @@ slow="--sm-timeout-ms 20000 --failure-timeout-ms 20000"
 for rep in $(seq 1 "$reps"); do
   echo "=== rep $rep"
   echo "--- A: librpc RC READ, 8 MiB"
-  "$bench/large_rpc_tput" $slow --transport verbs --sizes 8M --duration 3 2>&1 | grep -v "^librpc \(info\|warn\)"
+  "$bench/librpc-large-rpc-tput" $slow --transport verbs --sizes 8M --duration 3 2>&1 | grep -v "^librpc \(info\|warn\)"
   echo "--- B: librpc multi-packet UD, 8 MiB"
-  "$bench/large_rpc_tput" $slow --transport verbs --sizes 8M --duration 3 \
+  "$bench/librpc-large-rpc-tput" $slow --transport verbs --sizes 8M --duration 3 \
     --bulk-threshold 1099511627776 2>&1 | grep -v "^librpc \(info\|warn\)"
   echo "--- C: ib_read_bw, 8 MiB"
   ib_read_bw -d "$dev" -s 8388608 -n 50 > /tmp/ibbw_server.log 2>&1 &
@@ -22,7 +22,7 @@ for rep in $(seq 1 "$reps"); do
   ib_read_bw -d "$dev" -s 8388608 -n 50 127.0.0.1 2>&1 | tail -3
   wait
   echo "--- D: librpc latency, 64 KiB (RC READ both ways)"
-  "$bench/latency" $slow --transport verbs --sizes 64K --iters 2000 --warmup 200 2>&1 | grep -v "^librpc \(info\|warn\)"
+  "$bench/librpc-latency" $slow --transport verbs --sizes 64K --iters 2000 --warmup 200 2>&1 | grep -v "^librpc \(info\|warn\)"
   echo "--- E: ib_read_lat, 64 KiB"
   ib_read_lat -d "$dev" -s 65536 -n 1000 > /tmp/iblat_server.log 2>&1 &
   sleep 1

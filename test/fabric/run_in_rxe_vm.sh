@@ -38,7 +38,7 @@ export LIBRPC_MODULE_DIR='$module_dir'  # the test suites; the benchmarks are to
 export LIBRPC_TEST_FABRIC_PROVIDER='verbs;ofi_rxm'
 ndev=\$(cat /sys/class/infiniband/\$RXE_DEV/ports/1/gid_attrs/ndevs/0)
 echo \"--- [\$SECONDS s] verbs;ofi_rxm before \$ndev has an IPv4 address: a clean error\"
-if env -u LIBRPC_MODULE_DIR '$bench/latency' \$slow --transport fabric --fabric-provider \"\$LIBRPC_TEST_FABRIC_PROVIDER\" \
+if env -u LIBRPC_MODULE_DIR '$bench/librpc-latency' \$slow --transport fabric --fabric-provider \"\$LIBRPC_TEST_FABRIC_PROVIDER\" \
     --sizes 32 --iters 10 --warmup 0 --duration 2 > /tmp/noip.log 2>&1; then
   cat /tmp/noip.log; echo 'FAIL: latency ran without an address'; exit 1
 fi

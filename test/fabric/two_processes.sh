@@ -16,7 +16,7 @@ port=${3:?usage: two_processes.sh BENCH_DIR PROVIDER PORT}
 shift 3
 log=$(mktemp)
 trap 'kill -KILL "$server" 2>/dev/null; rm -f "$log"' EXIT
-"$bench/latency" --mode server --server-uri "127.0.0.1:$port" --transport fabric \
+"$bench/librpc-latency" --mode server --server-uri "127.0.0.1:$port" --transport fabric \
   --fabric-provider "$provider" "$@" >"$log" 2>&1 &
 server=$!
 for _ in $(seq 100); do
@@ -24,7 +24,7 @@ for _ in $(seq 100); do
   kill -0 "$server" 2>/dev/null || { cat "$log"; exit 1; }
   sleep 0.05
 done
-"$bench/latency" --mode client --server-uri "127.0.0.1:$port" --transport fabric \
+"$bench/librpc-latency" --mode client --server-uri "127.0.0.1:$port" --transport fabric \
   --fabric-provider "$provider" --sizes 32,64K,1M --iters 2000 --warmup 100 --duration 5 "$@"
 rc=$?
 kill -INT "$server"

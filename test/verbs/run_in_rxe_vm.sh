@@ -25,11 +25,11 @@ here=$(cd "$(dirname "$0")" && pwd -P)
 guest_cmd="set -e
 LIBRPC_MODULE_DIR='$module_dir' '$tests'
 echo '--- benchmarks over verbs (TCG-emulated CPU: the numbers mean nothing)'
-'$bench/latency' \$slow --transport verbs --sizes 32,4K --iters 2000 --warmup 200 --duration 5
-'$bench/small_rpc_tput' \$slow --transport verbs --window 8 --duration 2
-'$bench/large_rpc_tput' \$slow --transport verbs --sizes 64K,1M --duration 2
+'$bench/librpc-latency' \$slow --transport verbs --sizes 32,4K --iters 2000 --warmup 200 --duration 5
+'$bench/librpc-small-rpc-tput' \$slow --transport verbs --window 8 --duration 2
+'$bench/librpc-large-rpc-tput' \$slow --transport verbs --sizes 64K,1M --duration 2
 echo '--- two processes over verbs: a latency server and a client'
-'$bench/latency' \$slow --mode server --server-uri 127.0.0.1:31877 --transport verbs > /tmp/server.log 2>&1 &
+'$bench/librpc-latency' \$slow --mode server --server-uri 127.0.0.1:31877 --transport verbs > /tmp/server.log 2>&1 &
 server=\$!
 # Ready once it prints its banner (after its Rpc exists); under TCG and
 # ASan that can take far longer than a fixed sleep.
@@ -38,7 +38,7 @@ for _ in \$(seq 600); do
   kill -0 \$server 2>/dev/null || { cat /tmp/server.log; exit 1; }
   sleep 0.1
 done
-'$bench/latency' \$slow --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K,1M --iters 1000 --warmup 100 --duration 5
+'$bench/librpc-latency' \$slow --mode client --server-uri 127.0.0.1:31877 --transport verbs --sizes 32,64K,1M --iters 1000 --warmup 100 --duration 5
 kill -INT \$server
 wait \$server
 cat /tmp/server.log"
