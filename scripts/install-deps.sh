@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
-# Installs every system package librpc needs to build, test and run its demos
-# on a fresh Debian 12 machine. Run as root, or as a user with sudo.
+# Installs the system packages librpc needs, from Debian's archive, on a fresh
+# Debian 12 machine. This is the one script that installs packages; the
+# others that need more call it with a group. Run as root, or as a user with
+# sudo. Installs only what is missing; prints what it installs.
+#
+#   bash scripts/install-deps.sh [GROUP...]
+#
+# Without a group: building, testing and the demos. Groups:
+#   --rxe-vm     what scripts/rxe-vm.sh needs to boot its Soft-RoCE VM
+#                (QEMU, busybox, kmod, ibverbs-utils; about 70 MB). The VM
+#                script also downloads Debian's stock kernel package once into
+#                /var/cache/librpc-rxe-vm (about 400 MB unpacked).
+#   --packaging  building the Debian packages and the CMake consumer
+#                (debhelper, lintian, fakeroot, cmake)
 set -euo pipefail
 
-packages=(
+base=(
   build-essential meson ninja-build pkg-config
   libfmt-dev libasio-dev catch2 libcli11-dev nlohmann-json3-dev
   libibverbs-dev rdma-core perftest libfabric-dev
   clang libclang-rt-14-dev iproute2 python3
 )
+packages=()
+[ $# -eq 0 ] && packages=("${base[@]}")
+for group in "$@"; do
+  case $group in
+    --rxe-vm)
+      packages+=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 libibverbs1
+                ibverbs-providers ibverbs-utils) ;;
+    --packaging)
+      packages+=(debhelper dpkg-dev fakeroot lintian cmake) ;;
+    *)
+      echo "install-deps.sh: unknown group '$group' (--rxe-vm, --packaging)" >&2
+      exit 2 ;;
+  esac
+done
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -25,7 +51,7 @@ for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps.sh: all packages present"
+  echo "install-deps.sh: all packages present${*:+ ($*)}"
   exit 0
 fi
 echo "install-deps.sh: installing ${missing[*]}"

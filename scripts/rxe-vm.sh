@@ -13,9 +13,11 @@
 #   -n       no apt-get: use what is installed and cached
 #
 # Needs root (QEMU's 9p shares of /). Installs what is missing from Debian's
-# archive (qemu, busybox, rdma providers) and caches Debian's stock kernel
-# package, unpacked, in $RXE_VM_CACHE (default /var/cache/librpc-rxe-vm);
-# the host's own kernel and /boot are not touched.
+# archive with `scripts/install-deps.sh --rxe-vm` (qemu, busybox, kmod, rdma
+# providers; about 70 MB) and downloads Debian's stock kernel package once,
+# kept unpacked in $RXE_VM_CACHE (default /var/cache/librpc-rxe-vm; about
+# 400 MB); it says so on stderr when it does either. The host's own kernel
+# and /boot are not touched. -n installs and downloads nothing.
 #
 # The guest mounts the host's root file system read-only over virtio-9p, so
 # every host binary and library runs in it unchanged; the repository (the
@@ -66,21 +68,11 @@ START=$(date +%s)
 
 # ------------------------------------------------------------ host packages
 # The guest uses the host's userspace: the verbs provider for rxe
-# (ibverbs-providers), and the tools the guest setup calls.
-PKGS="qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 libibverbs1
-      ibverbs-providers ibverbs-utils"
+# (ibverbs-providers), and the tools the guest setup calls. The package list
+# lives in install-deps.sh (--rxe-vm), which installs only what is missing.
 if [ -n "$USE_APT" ]; then
-  missing=
-  for p in $PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
-  done
-  if [ -n "$missing" ]; then
-    say "installing:$missing"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
-  fi
+  say "host packages for the VM: scripts/install-deps.sh --rxe-vm (-n to skip)"
+  bash "$(dirname "$0")/install-deps.sh" --rxe-vm >&2
 fi
 command -v qemu-system-x86_64 >/dev/null || { echo "rxe-vm: qemu-system-x86_64 missing" >&2; exit 125; }
 
@@ -99,7 +91,7 @@ fi
 KVER=${KPKG#linux-image-}
 KROOT=$CACHE/$KPKG
 if [ ! -e "$KROOT/.ready" ]; then
-  say "fetching $KPKG"
+  say "downloading Debian's kernel package $KPKG once, into $CACHE (RXE_VM_CACHE)"
   rm -rf "$KROOT" "$CACHE/download"
   mkdir -p "$CACHE/download"
   chown _apt "$CACHE/download" 2>/dev/null || true

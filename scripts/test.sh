@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds librpc with warnings as errors and runs the
-# whole test suite (unit, protocol, integration). Usage: bash scripts/test.sh
+# Installs dependencies, builds librpc with warnings as errors and runs every
+# test suite, then prints the skipped tests with their reasons and the counts
+# (scripts/test_summary.py). Usage: bash scripts/test.sh
 # Env: BUILD_DIR (default build), MESON_SETUP_ARGS (extra `meson setup`
 # args, e.g. sanitizers), MESON_TEST_ARGS (extra `meson test` args).
 set -euo pipefail
@@ -11,6 +12,10 @@ build_dir=${BUILD_DIR:-build}
 if [ ! -f "$build_dir/build.ninja" ]; then
   # shellcheck disable=SC2086
   meson setup "$build_dir" --werror -Dtests=true ${MESON_SETUP_ARGS:-}
+else
+  # A directory configured otherwise (by hand, or an older demo) gets the
+  # same guarantees: warnings are errors and the suites are built.
+  meson configure "$build_dir" -Dwerror=true -Dtests=true -Dapps=true -Dbench=true
 fi
 ninja -C "$build_dir"
 # --print-errorlogs shows a failing test's output; the summary ends with

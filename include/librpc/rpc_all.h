@@ -14,3 +14,4 @@
 #include "librpc/rpc.h"
 #include "librpc/stats.h"
 #include "librpc/types.h"
+#include "librpc/version.h"
