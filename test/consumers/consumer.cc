@@ -47,11 +47,10 @@ int echo_once() {
   req.get().resize(30);
   bool done = false;
   rpc::Errc outcome = rpc::Errc::kOk;
-  if (client.enqueue_request(*sn, kEcho, req, resp,
-                             [&](rpc::Rpc&, const rpc::Completion& c) {
-                               outcome = c.errc;
-                               done = true;
-                             }) != rpc::Errc::kOk) {
+  if (client.enqueue_request(*sn, kEcho, req, resp, [&](rpc::Rpc&, const rpc::Completion& c) {
+        outcome = c.errc;
+        done = true;
+      }) != rpc::Errc::kOk) {
     return fail("enqueue_request refused");
   }
   for (int i = 0; !done && i < 10'000'000; ++i) {
