@@ -39,7 +39,7 @@ fi
 # --- 1. build dependencies ----------------------------------------------------
 # The packaging tools, and debian/control's Build-Depends (without version
 # constraints: bookworm's versions satisfy them).
-tools=(dpkg-dev debhelper fakeroot lintian git)
+tools=(build-essential dpkg-dev debhelper fakeroot lintian git)
 mapfile -t build_deps < <(sed -n '/^Build-Depends:/,/^[A-Z][A-Za-z-]*:/p' "$root/debian/control" |
   sed -e 's/^Build-Depends://' -e '/^[A-Z][A-Za-z-]*:/d' | tr ',' '\n' |
   sed -e 's/([^)]*)//g' -e 's/\[[^]]*\]//g' -e 's/|.*//' -e 's/[[:space:]]//g' |
