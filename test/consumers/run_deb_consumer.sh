@@ -9,8 +9,10 @@
 #      `pkg-config --cflags --libs librpc`) and checks that the flags, the
 #      headers and the librpc.so.0 the program loads all come from the
 #      packages;
-#   3. runs it: one echo request over udp, "ok";
-#   4. runs it as "consumer fabric": an Rpc over fabric's shm provider,
+#   3. runs it: one echo request over udp, "ok"; builds and runs
+#      test/consumers/cmake_package with no prefix path (find_package finds
+#      the packaged CMake config);
+#   4. runs it as "consumer --fabric": an Rpc over fabric's shm provider,
 #      which loads librpc-fabric.so from where librpc-transport-fabric put
 #      it (LIBRPC_MODULE_DIR unset);
 #   5. librpc-tools (when installed): every program answers --help and
@@ -151,11 +153,9 @@ for f in "$libdir/pkgconfig/librpc.pc" /usr/include/librpc/rpc_all.h "$libdir/li
     fail "$f belongs to '${o:-no package}', expected librpc-dev"
   fi
 done
-if [[ -d $libdir/cmake/librpc ]]; then
-  echo "note: CMake package files: $(cd "$libdir/cmake/librpc" && echo *)"
-fi
 
 cp -r "$root/test/consumers/pkgconfig_deb" "$tmp/consumer"
+cp "$root/test/consumers/consumer.cc" "$tmp/"
 echo "== make -C consumer (pkg-config --cflags --libs librpc: $(pkg-config --cflags --libs librpc))"
 if make -C "$tmp/consumer" >"$tmp/make.log" 2>&1; then
   pass "the consumer builds with the flags of the packaged librpc.pc"
@@ -173,10 +173,22 @@ else
 fi
 
 # --- 3. echo over udp ---------------------------------------------------------
-if output=$(cd "$tmp" && timeout 60 ./consumer/consumer 2>&1) && [[ $output = ok ]]; then
+if output=$(cd "$tmp" && timeout 60 ./consumer/consumer 2>&1) && [[ $output = ok* ]]; then
   pass "consumer: one echo request over udp, \"ok\""
 else
   fail "consumer printed '$output' (expected \"ok\")"
+fi
+
+# --- 3b. CMake, with no prefix path: the package's config is found ----------
+if command -v cmake >/dev/null; then
+  if cmake -S "$root/test/consumers/cmake_package" -B "$tmp/cmake" >"$tmp/cmake.log" 2>&1 &&
+      cmake --build "$tmp/cmake" >>"$tmp/cmake.log" 2>&1 &&
+      output=$(timeout 60 "$tmp/cmake/consumer" 2>&1) && [[ $output = ok* ]]; then
+    pass "CMake find_package(librpc CONFIG) finds the packaged librpc: $output"
+  else
+    cat "$tmp/cmake.log"
+    fail "the CMake consumer against the packages: ${output:-did not build}"
+  fi
 fi
 
 # --- 4. the fabric module from the package ------------------------------------
@@ -186,7 +198,7 @@ if [[ $(owner "$module") = librpc-transport-fabric ]]; then
 else
   fail "$module is not installed by librpc-transport-fabric"
 fi
-if output=$(cd "$tmp" && timeout 60 ./consumer/consumer fabric 2>&1) && [[ $output = ok ]]; then
+if output=$(cd "$tmp" && timeout 60 ./consumer/consumer --fabric 2>&1) && [[ $output = ok* ]]; then
   pass "an Rpc over fabric (shm) loads the packaged module from its default path"
 else
   fail "an Rpc over fabric (shm) with the packaged module: $output"
