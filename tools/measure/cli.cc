@@ -64,7 +64,7 @@ CLI::Validator size_transformer(std::uint64_t min, std::uint64_t max) {
           return e.what();
         }
       },
-      "SIZE", "size");
+      "", "size");
 }
 
 CLI::Validator positive_double() {
@@ -78,7 +78,7 @@ CLI::Validator positive_double() {
         }
         return "";
       },
-      "NUMBER > 0", "positive");
+      "", "positive");
 }
 
 CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::size_t& var,

@@ -46,21 +46,20 @@ double round_to(double x, int decimals) {
   return std::round(x * scale) / scale;
 }
 
-void add_rtt_fields(Json& result, const Histogram& h, bool with_cdf) {
-  result["rtt_p50_us"] = round_to(h.percentile_us(50));
-  result["rtt_p90_us"] = round_to(h.percentile_us(90));
-  result["rtt_p99_us"] = round_to(h.percentile_us(99));
-  result["rtt_p999_us"] = round_to(h.percentile_us(99.9));
-  result["rtt_p9999_us"] = round_to(h.percentile_us(99.99));
-  result["rtt_min_us"] = round_to(static_cast<double>(h.min_ns()) / 1e3);
-  result["rtt_max_us"] = round_to(static_cast<double>(h.max_ns()) / 1e3);
-  result["rtt_mean_us"] = round_to(h.mean_ns() / 1e3);
+void add_rtt_fields(Json& result, const Histogram& h, bool with_cdf, std::string_view prefix) {
+  const auto field = [&](std::string_view name) { return fmt::format("{}_{}", prefix, name); };
+  static constexpr std::pair<const char*, double> kPercentiles[] = {
+      {"p50_us", 50}, {"p90_us", 90}, {"p99_us", 99}, {"p999_us", 99.9}, {"p9999_us", 99.99}};
+  for (const auto& [name, p] : kPercentiles) result[field(name)] = round_to(h.percentile_us(p));
+  result[field("min_us")] = round_to(static_cast<double>(h.min_ns()) / 1e3);
+  result[field("max_us")] = round_to(static_cast<double>(h.max_ns()) / 1e3);
+  result[field("mean_us")] = round_to(h.mean_ns() / 1e3);
   if (!with_cdf) return;
   Json cdf = Json::array();
   for (const auto& [value_us, quantile] : h.cdf_us()) {
     cdf.push_back(Json::array({round_to(value_us), round_to(quantile, 6)}));
   }
-  result["rtt_cdf"] = std::move(cdf);
+  result[field("cdf")] = std::move(cdf);
 }
 
 std::string rtt_header() {

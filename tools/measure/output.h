@@ -23,8 +23,10 @@ double round_to(double x, int decimals = 3);
 // Adds the round-trip latency fields of schema 2 to a result object:
 // rtt_p50_us, rtt_p90_us, rtt_p99_us, rtt_p999_us, rtt_p9999_us,
 // rtt_min_us, rtt_max_us, rtt_mean_us, and with_cdf: rtt_cdf, an array of
-// [value_us, quantile] pairs (Histogram::cdf_us).
-void add_rtt_fields(Json& result, const Histogram& h, bool with_cdf = true);
+// [value_us, quantile] pairs (Histogram::cdf_us). `prefix` replaces "rtt"
+// for a second kind of round trip in one result (e.g. "probe_rtt").
+void add_rtt_fields(Json& result, const Histogram& h, bool with_cdf = true,
+                    std::string_view prefix = "rtt");
 
 // The console header and row for the same numbers: "rtt p50 ... rtt max"
 // in microseconds, 10 characters a column.
