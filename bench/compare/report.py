@@ -1212,6 +1212,40 @@ def sections_text():
     return parts
 
 
+# The page's "Conventions" section: how to read every number on it.
+CONVENTIONS = """## Conventions
+
+- **Round trips, not one-way.** Every latency on this page is a round trip:
+  request sent to response received, at the client. Result fields and
+  column headers say so (`rtt_p50_us`, "rtt p50"). perftest
+  (`ib_send_lat`), ucx_perftest and fabtests report one-way latency, half a
+  round trip; their wrappers here double it.
+- **Percentiles.** librpc's programs and the baselines record every round
+  trip into a log-linear histogram (`tools/measure/histogram.h`: exact below
+  256 ns, 128 linear sub-buckets per power of two above): a percentile is
+  within 0.4% of the sample of its rank, min, max and mean are exact, and
+  p99.9 and p99.99 are real percentiles, not extrapolations (p99.99 needs
+  10,000 round trips or more to mean anything).
+- **Files.** With `--json FILE` a program writes a schema-2 result file
+  (`schema_version`, `system`, `transport`, `workload`, `setup`, `run`:
+  git revision, host, kernel, CPUs, load average at start and end, command;
+  `config`: the effective settings; `warnings`; `results`), with `--csv
+  FILE` one row per result, the same field names.
+  [bench/compare/SCHEMA.md](../bench/compare/SCHEMA.md) lists every field.
+  Tables recorded before schema 2 (issue 14) use the old names, `p50_us`,
+  `p99_us`, ... for the same round trips, and have no p99.99.
+- **Warnings.** A program prints `  warning: ...` under numbers it does not
+  trust, and lists them in the file's `warnings`: the machine was busy (load
+  average above the CPUs the run leaves to others), the process was
+  descheduled (involuntary context switches while it busy-polled), the
+  client retransmitted (the tail includes RTO waits), or the largest sample
+  is more than 1 ms above p99 (a preemption or a loss). Numbers with
+  warnings are measurements of this machine at that moment, not of librpc
+  alone.
+
+"""
+
+
 def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots):
     rel_png = os.path.relpath(png_dir, os.path.dirname(md_path))
     rel_results = os.path.relpath(results_dir, ROOT)
@@ -1249,6 +1283,7 @@ def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots)
                   ". Every program here busy-polls both cores, so those numbers are lower and "
                   "noisier than on a quiet machine.", ""]
     loads = [float(st["load1"]) for st in measured if is_float(st.get("load1"))]
+    parts += [CONVENTIONS]
     parts += ["## Machine", "",
               f"- CPU: {machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
               f"- Kernel: {machine.get('kernel', '?')}" +
