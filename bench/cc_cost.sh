@@ -57,9 +57,9 @@ def row(name, unit, cc_vals, higher_better, fmt="{:,.0f}"):
                 f"{min(pairs):.2f}-{max(pairs):.2f} |")
 small = {cc: [load("small", cc, r)[0]["rps"] for r in range(1, reps + 1)] for cc in ("off", "on")}
 row("small_rpc_tput, 32 B, window 8 (requests/s)", "", small, True)
-for q in ("p50_us", "p99_us"):
+for q in ("rtt_p50_us", "rtt_p99_us"):
     lat = {cc: [load("latency", cc, r)[0][q] for r in range(1, reps + 1)] for cc in ("off", "on")}
-    row(f"latency, 32 B, {q[:-3]} (µs)", "", lat, False, "{:.2f}")
+    row(f"latency, 32 B, {q[:-3].replace('_', ' ')} (µs)", "", lat, False, "{:.2f}")
 for i, size in enumerate(("64 KiB", "1 MiB")):
     large = {cc: [load("large", cc, r)[i]["gbps"] for r in range(1, reps + 1)]
              for cc in ("off", "on")}

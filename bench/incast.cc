@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,9 +28,8 @@
 
 #include "common/args.h"
 #include "common/connect.h"
-#include "common/json.h"
 #include "common/program.h"
-#include "common/summary.h"
+#include "common/report.h"
 #include "librpc/rpc_all.h"
 
 namespace {
@@ -44,63 +44,40 @@ constexpr rpc::ReqType kProbeType = 2;  // echo
 constexpr std::size_t kBulkRespBytes = 8;
 constexpr std::size_t kProbeBytes = 32;
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: incast --mode server|client --server-uri HOST:PORT [options]\n"
-             "\n"
-             "{}"
-             "  --duration SECONDS      client: how long to send (default 5)\n"
-             "  --bulk-size BYTES       client: bulk request size (default 1M)\n"
-             "  --probe-interval-us N   client: time between probes (default 1000)\n"
-             "  --idle-sleep-us N       sleep when a loop iteration had nothing to do\n"
-             "                          (default 0: busy-poll)\n"
-             "  --json FILE             client: write the result as JSON to FILE\n"
-             "  -h, --help              show this help\n",
-             bench::endpoint_usage());
-}
-
 struct Options {
   bench::EndpointOptions ep;
   double duration_s = 5;
   std::size_t bulk_size = std::size_t{1} << 20;
   uint64_t probe_interval_us = 1000;
   uint64_t idle_sleep_us = 0;
-  std::optional<std::string> json;
-  bool help = false;
+  bench::OutputPaths out;
 };
 
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {"--duration", "--bulk-size", "--probe-interval-us",
-                                                 "--idle-sleep-us", "--json"};
-  Options opt;
-  bool client_flag_given = false;
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (bench::apply_endpoint_flag(opt.ep, f)) continue;
-    if (f.name == "--idle-sleep-us") {
-      opt.idle_sleep_us = bench::parse_unsigned(f.name, f.value, 0, 100000);
-      continue;
-    }
-    client_flag_given = true;
-    if (f.name == "--duration") {
-      opt.duration_s = bench::parse_positive_double(f.name, f.value);
-    } else if (f.name == "--bulk-size") {
-      opt.bulk_size = bench::parse_size(f.name, f.value, std::size_t{64} << 20);
-    } else if (f.name == "--probe-interval-us") {
-      opt.probe_interval_us = bench::parse_unsigned(f.name, f.value, 1, 10'000'000);
-    } else if (f.name == "--json") {
-      opt.json = bench::parse_path(f.name, f.value);
-    }
-  }
-  bench::check_endpoint_options(opt.ep, client_flag_given,
-                                "--duration/--bulk-size/--probe-interval-us/--json");
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  app.footer("Runs as --mode server or --mode client, one per host (bench/incast.sh).");
+  bench::add_endpoint_options(app, opt.ep);
+  app.add_option("--idle-sleep-us", opt.idle_sleep_us,
+                 "sleep when a loop iteration had nothing to do (0: busy-poll)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{100000}));
+  CLI::App& client = *app.add_option_group("Client", "The load (client mode)");
+  client.add_option("--duration", opt.duration_s, "how long to send")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  measure::add_size_option(client, "--bulk-size", opt.bulk_size, "bulk request size", 0,
+                           std::size_t{64} << 20)
+      ->default_str("1M");
+  client.add_option("--probe-interval-us", opt.probe_interval_us, "time between probes")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{10'000'000}));
+  bench::add_output_options(client, opt.out);
+}
+
+void check_options(const Options& opt, const CLI::App& app) {
+  bench::check_endpoint_options(opt.ep, bench::any_given(*app.get_option_group("Client")),
+                                "--duration/--bulk-size/--probe-interval-us/--json/--csv");
   if (opt.ep.mode == Mode::kBoth) {
     throw bench::UsageError("incast runs as --mode server or --mode client (bench/incast.sh)");
   }
-  return opt;
 }
 
 void idle(const Options& opt) {
@@ -155,7 +132,7 @@ struct ClientState {
   bool stopping = false;
   bool probe_out = false;
   Clock::time_point probe_sent;
-  std::vector<std::int64_t> probe_ns;
+  measure::Histogram probe_rtt;  // nanoseconds
   uint64_t bulk_done = 0;
   uint64_t errors = 0;
 };
@@ -181,8 +158,8 @@ void probe_done(rpc::Rpc&, const rpc::Completion& c) {
     if (!st.stopping) st.errors++;
     return;
   }
-  st.probe_ns.push_back(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - st.probe_sent).count());
+  st.probe_rtt.record(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - st.probe_sent).count()));
 }
 
 int run_client(const Options& opt) {
@@ -191,7 +168,8 @@ int run_client(const Options& opt) {
   bench::ConnectWatch watch;
   rpc::RpcConfig config = bench::make_rpc_config(opt.ep, 0, &watch);
   rpc::Rpc rpc(nexus, config);
-  ClientState st;
+  auto st_owner = std::make_unique<ClientState>();  // the histogram is 35 KB
+  ClientState& st = *st_owner;
   auto connect = [&]() {
     auto sn = rpc.create_session(*opt.ep.server_uri, 0);
     if (!sn) throw RunError("create_session: " + sn.error());
@@ -215,6 +193,7 @@ int run_client(const Options& opt) {
   std::fill_n(st.bulk_req.data(), opt.bulk_size, uint8_t{0x42});
   std::fill_n(st.probe_req.data(), kProbeBytes, uint8_t{0x17});
 
+  bench::RunChecks checks(opt.idle_sleep_us == 0 ? 1 : 0);
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(opt.duration_s);
   if (rpc.enqueue_request(st.bulk_sn, kBulkType, st.bulk_req, st.bulk_resp, bulk_done, &st) !=
@@ -246,42 +225,41 @@ int run_client(const Options& opt) {
   while ((st.probe_out || st.bulk_done == bulk_in_time) && Clock::now() < drain_end) {
     poll(rpc, opt);
   }
-  std::sort(st.probe_ns.begin(), st.probe_ns.end());
   const double goodput_mbps =
       static_cast<double>(bulk_in_time * opt.bulk_size) * 8 / 1e6 / elapsed_s;
-  const double p50 = st.probe_ns.empty() ? 0 : bench::percentile_us(st.probe_ns, 50);
-  const double p99 = st.probe_ns.empty() ? 0 : bench::percentile_us(st.probe_ns, 99);
-  const double p999 = st.probe_ns.empty() ? 0 : bench::percentile_us(st.probe_ns, 99.9);
+  const double p50 = st.probe_rtt.percentile_us(50);
+  const double p99 = st.probe_rtt.percentile_us(99);
+  const double p999 = st.probe_rtt.percentile_us(99.9);
   const rpc::RpcStats& s = rpc.stats();
   fmt::print(
-      "client {}: bulk {} x {} B in {:.2f} s = {:.1f} Mbit/s; probes {} p50 {:.1f} us p99 {:.1f} "
-      "us p99.9 {:.1f} us; {} retransmissions ({} spurious), {} errors; bulk session rate {} "
+      "client {}: bulk {} x {} B in {:.2f} s = {:.1f} Mbit/s; probes {} rtt p50 {:.1f} us rtt p99 "
+      "{:.1f} us rtt p99.9 {:.1f} us; {} retransmissions ({} spurious), {} errors; bulk session "
+      "rate {} "
       "Mbit/s, srtt {} "
       "us, {} paced\n",
-      nexus.uri(), bulk_in_time, opt.bulk_size, elapsed_s, goodput_mbps, st.probe_ns.size(), p50,
+      nexus.uri(), bulk_in_time, opt.bulk_size, elapsed_s, goodput_mbps, st.probe_rtt.count(), p50,
       p99, p999, s.retransmissions, s.spurious_retransmissions, st.errors,
       rpc.session_stats(st.bulk_sn)->cc_rate_mbps, rpc.session_stats(st.bulk_sn)->srtt_us,
       rpc.session_stats(st.bulk_sn)->cc_paced_pkts);
-  if (opt.json) {
-    bench::Report report;
-    report.transport = opt.ep.transport;
-    report.workload = "incast";
-    report.setup = "one incast client (bench/incast.sh)";
-    bench::JsonObject r;
-    r.add_string("client", nexus.uri())
-        .add_uint("bulk_size", opt.bulk_size)
-        .add_uint("bulk_completed", bulk_in_time)
-        .add_double("duration_s", elapsed_s)
-        .add_double("goodput_mbps", goodput_mbps)
-        .add_uint("probes", st.probe_ns.size())
-        .add_double("probe_p50_us", p50)
-        .add_double("probe_p99_us", p99)
-        .add_double("probe_p999_us", p999)
-        .add_uint("retransmissions", s.retransmissions)
-        .add_uint("errors", st.errors);
-    report.results.push_back(r);
-    bench::write_report(*opt.json, report);
-  }
+  checks.point_end("", s.retransmissions, &st.probe_rtt);
+  checks.finish();
+  measure::Json settings = bench::endpoint_config(opt.ep);
+  settings["probe_interval_us"] = opt.probe_interval_us;
+  settings["idle_sleep_us"] = opt.idle_sleep_us;
+  measure::ResultFile file = checks.result_file(
+      opt.ep.transport, "incast", "one incast client (bench/incast.sh)", std::move(settings));
+  measure::Json r;
+  r["client"] = nexus.uri();
+  r["bulk_size"] = opt.bulk_size;
+  r["bulk_completed"] = bulk_in_time;
+  r["duration_s"] = measure::round_to(elapsed_s);
+  r["goodput_mbps"] = measure::round_to(goodput_mbps);
+  r["probes"] = st.probe_rtt.count();
+  measure::add_rtt_fields(r, st.probe_rtt, /*with_cdf=*/false, "probe_rtt");
+  r["retransmissions"] = s.retransmissions;
+  r["errors"] = st.errors;
+  file.results.push_back(std::move(r));
+  bench::write_outputs(opt.out, file);
   rpc.free_msg_buffer(st.bulk_req);
   rpc.free_msg_buffer(st.bulk_resp);
   rpc.free_msg_buffer(st.probe_req);
@@ -292,12 +270,14 @@ int run_client(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
+  CLI::App app(
+      "One host of the incast scenario: clients send bulk requests through one bottleneck to "
+      "one server and probe its latency",
+      std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] {
+    check_options(opt, app);
     return opt.ep.mode == Mode::kServer ? run_server(opt) : run_client(opt);
   });
 }

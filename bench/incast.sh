@@ -135,9 +135,9 @@ good = [c["goodput_mbps"] for c in clients]
 jain = (sum(good) ** 2) / (len(good) * sum(g * g for g in good)) if good and any(good) else 0.0
 summary = {
     "clients": n, "clients_reported": len(clients), "rate": rate, "queue_bytes": int(queue),
-    "probe_p50_us": statistics.median(c["probe_p50_us"] for c in clients) if clients else None,
-    "probe_p99_us": statistics.median(c["probe_p99_us"] for c in clients) if clients else None,
-    "probe_p99_max_us": max(c["probe_p99_us"] for c in clients) if clients else None,
+    "probe_rtt_p50_us": statistics.median(c["probe_rtt_p50_us"] for c in clients) if clients else None,
+    "probe_rtt_p99_us": statistics.median(c["probe_rtt_p99_us"] for c in clients) if clients else None,
+    "probe_rtt_p99_max_us": max(c["probe_rtt_p99_us"] for c in clients) if clients else None,
     "goodput_mbps_total": sum(good), "jain_index": jain,
     "retransmissions": sum(c["retransmissions"] for c in clients),
     "errors": sum(c["errors"] for c in clients), "bottleneck_drops": drops,

@@ -76,7 +76,7 @@ lines = ["## Incast", "",
          f"{link}. The *floor* row is one run with 64 B requests in place of 1 MiB ones: no "
          "congestion, the same processes, so its probe latency is what two cores give N+1 "
          "busy hosts.", "",
-         "| Clients | Duration, idle sleep | Congestion control | Probe p50 (µs) | Probe p99 (µs) | "
+         "| Clients | Duration, idle sleep | Congestion control | Probe rtt p50 (µs) | Probe rtt p99 (µs) | "
          "Goodput, all clients (Mbit/s) | Jain's index | Retransmissions | Bottleneck drops | "
          "Load before |",
          "|---|---|---|---|---|---|---|---|---|---|"]
@@ -89,8 +89,8 @@ for n in counts.split():
         if not rs:
             lines.append(f"| {n} | {dur} s, {idle} µs | {label} | (no run) |||||||")
             continue
-        lines.append(f"| {n} | {dur} s, {idle} µs | {label} | {med(rs, 'probe_p50_us'):,.0f} | "
-                     f"{med(rs, 'probe_p99_us'):,.0f} | {med(rs, 'goodput_mbps_total'):,.1f} | "
+        lines.append(f"| {n} | {dur} s, {idle} µs | {label} | {med(rs, 'probe_rtt_p50_us'):,.0f} | "
+                     f"{med(rs, 'probe_rtt_p99_us'):,.0f} | {med(rs, 'goodput_mbps_total'):,.1f} | "
                      f"{med(rs, 'jain_index'):.2f} | {med(rs, 'retransmissions'):,.0f} | "
                      f"{med(rs, 'bottleneck_drops'):,.0f} | "
                      + ", ".join("%.2f" % x["load"] for x in rs) + " |")
@@ -99,7 +99,7 @@ for n in counts.split():
         def ratio(k):
             d = med(off, k)
             return med(on, k) / d if d else float("nan")
-        ratios.append(f"- {n} clients, on against off: probe p99 {ratio('probe_p99_us'):.2f}x, "
+        ratios.append(f"- {n} clients, on against off: probe p99 {ratio('probe_rtt_p99_us'):.2f}x, "
                       f"retransmissions {ratio('retransmissions'):.3f}x, bottleneck drops "
                       f"{ratio('bottleneck_drops'):.3f}x, Jain's index {med(on, 'jain_index'):.2f} "
                       f"(off {med(off, 'jain_index'):.2f}).")

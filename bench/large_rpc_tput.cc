@@ -38,8 +38,8 @@
 #include "common/connect.h"
 #include "common/cpu.h"
 #include "common/handlers.h"
-#include "common/json.h"
 #include "common/program.h"
+#include "common/report.h"
 #include "common/server_threads.h"
 #include "librpc/rpc_all.h"
 
@@ -47,7 +47,6 @@ namespace {
 
 using bench::Mode;
 using bench::RunError;
-using bench::UsageError;
 
 constexpr std::string_view kProgram = "large_rpc_tput";
 constexpr rpc::RpcId kServerRpcId = 0;
@@ -62,72 +61,41 @@ constexpr double kDefaultDurationS = 2;
 // The largest message field of the wire header is 24 bits.
 constexpr std::size_t kMaxSize = (1 << 24) - 1;
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: large_rpc_tput [--mode both|server|client] [options]\n"
-             "\n"
-             "  --mode M             both (default): server and client threads in this\n"
-             "                       process, each pinned to its own CPU, busy-polling;\n"
-             "                       server: serve at rpc_id 0 until SIGINT/SIGTERM;\n"
-             "                       client: measure against rpc 0 at --server-uri;\n"
-             "                       these two do not pin (place them with taskset -c)\n"
-             "{}"
-             "  --sizes A,B,...      request sizes, K/M suffixes allowed (default 4K,16K,64K,\n"
-             "                       256K,1M,4M,8M); at least {} B\n"
-             "  --window W           outstanding requests on the session (default {})\n"
-             "  --resp-size BYTES    response size (default {})\n"
-             "  --duration SECONDS   measured time per size (default {}), after a warmup\n"
-             "                       of a tenth of it (at most 0.5 s)\n"
-             "  --json FILE          also write the results as JSON to FILE\n"
-             "  -h, --help           show this help\n",
-             bench::endpoint_usage(), bench::kSizedRespHeaderBytes, kDefaultWindow,
-             kDefaultRespSize, kDefaultDurationS);
-}
-
 struct Options {
   bench::EndpointOptions ep;
   std::vector<std::size_t> sizes = kDefaultSizes;
   std::size_t window = kDefaultWindow;
   std::size_t resp_size = kDefaultRespSize;
   double duration_s = kDefaultDurationS;
-  std::optional<std::string> json;
-  bool help = false;
+  bench::OutputPaths out;
 };
 
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {
-      "--sizes", "--window", "--resp-size", "--duration", "--json",
-  };
-  Options opt;
-  bool client_flag_given = false;
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (bench::apply_endpoint_flag(opt.ep, f)) continue;
-    client_flag_given = true;
-    if (f.name == "--sizes") {
-      opt.sizes = bench::parse_sizes(f.name, f.value, kMaxSize);
-      for (const std::size_t s : opt.sizes) {
-        if (s < bench::kSizedRespHeaderBytes) {
-          throw UsageError(fmt::format("--sizes: {} B is below the minimum of {} B", s,
-                                       bench::kSizedRespHeaderBytes));
-        }
-      }
-    } else if (f.name == "--window") {
-      opt.window = bench::parse_unsigned(f.name, f.value, 1, kMaxWindow);
-    } else if (f.name == "--resp-size") {
-      opt.resp_size = bench::parse_size(f.name, f.value, kMaxSize);
-    } else if (f.name == "--duration") {
-      opt.duration_s = bench::parse_positive_double(f.name, f.value);
-    } else if (f.name == "--json") {
-      opt.json = bench::parse_path(f.name, f.value);
-    }
-  }
-  bench::check_endpoint_options(opt.ep, client_flag_given,
-                                "--sizes/--window/--resp-size/--duration/--json");
-  return opt;
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  app.footer(
+      "Both mode runs server and client threads in this process, each pinned to its own CPU, "
+      "busy-polling; server and client mode do not pin (place them with taskset -c).");
+  bench::add_endpoint_options(app, opt.ep);
+  CLI::App& client = *app.add_option_group("Client", "The measurement (client and both mode)");
+  measure::add_sizes_option(client, "--sizes", opt.sizes,
+                            fmt::format("request sizes, K/M suffixes allowed; at least {} B",
+                                        bench::kSizedRespHeaderBytes),
+                            bench::kSizedRespHeaderBytes, kMaxSize)
+      ->default_str("4K,16K,64K,256K,1M,4M,8M");
+  client.add_option("--window", opt.window, "outstanding requests on the session")
+      ->check(CLI::Range(std::size_t{1}, kMaxWindow));
+  measure::add_size_option(client, "--resp-size", opt.resp_size, "response size", 0, kMaxSize);
+  client
+      .add_option("--duration", opt.duration_s,
+                  "measured time per size, after a warmup of a tenth of it (at most 0.5 s)")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  bench::add_output_options(client, opt.out);
+}
+
+void check_options(const Options& opt, const CLI::App& app) {
+  bench::check_endpoint_options(opt.ep, bench::any_given(*app.get_option_group("Client")),
+                                "--sizes/--window/--resp-size/--duration/--json/--csv");
 }
 
 double to_gbps(double messages_per_s, std::size_t size) {
@@ -149,10 +117,11 @@ void print_plan(const Options& opt) {
 // server_uri, measured, stopped. Prints the line; returns the JSON result
 // and adds to *failures the failed requests, and 1 if requests were left
 // unanswered at the end.
-bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
-                           const std::string& server_uri, rpc::RpcId client_id,
-                           const std::vector<int>& cpus, bench::ServerThreads* servers,
-                           std::uint64_t* failures) {
+measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
+                       const std::string& server_uri, rpc::RpcId client_id,
+                       const std::vector<int>& cpus, bench::ServerThreads* servers,
+                       std::uint64_t* failures, bench::RunChecks& checks) {
+  checks.point_begin();
   bench::ClientThreadsConfig c;
   c.ep = opt.ep;
   c.server_uri = server_uri;
@@ -185,17 +154,19 @@ bench::JsonObject run_size(const Options& opt, std::size_t size, rpc::Nexus& nex
              f.drained ? "" : " (requests left unanswered at the end)",
              w.interrupted ? " (interrupted)" : "");
   std::fflush(stdout);
-  bench::JsonObject o;
-  o.add_uint("size", size)
-      .add_uint("window", opt.window)
-      .add_double("duration_s", w.seconds)
-      .add_uint("messages", messages)
-      .add_double("gbps", gbps)
-      .add_uint("resp_size", opt.resp_size)
-      .add_uint("errors", client.errors(0))
-      .add_uint("retransmissions", f.retransmissions)
-      .add_uint("spurious_retransmissions", f.spurious_retransmissions)
-      .add_uint("cc_paced_pkts", f.cc_paced_pkts);
+  checks.point_end(fmt::format("size {}", bench::format_size(size)), f.retransmissions);
+  measure::Json o;
+  o["size"] = size;
+  o["window"] = opt.window;
+  o["duration_s"] = measure::round_to(w.seconds);
+  o["messages"] = messages;
+  o["gbps"] = measure::round_to(gbps);
+  o["resp_size"] = opt.resp_size;
+  o["errors"] = client.errors(0);
+  o["retransmissions"] = f.retransmissions;
+  o["spurious_retransmissions"] = f.spurious_retransmissions;
+  o["cc_paced_pkts"] = f.cc_paced_pkts;
+  o["interrupted"] = w.interrupted;
   return o;
 }
 
@@ -205,20 +176,21 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
               bench::ServerThreads* servers) {
   fmt::print("large_rpc_tput: {}\n", setup);
   print_plan(opt);
-  std::vector<bench::JsonObject> results;
+  // Busy-polling: the client thread, and the server's in both mode.
+  bench::RunChecks checks(servers != nullptr ? 2 : 1);
+  measure::Json results = measure::Json::array();
   std::uint64_t failures = 0;
   for (const std::size_t size : opt.sizes) {
     if (bench::stop_requested()) break;
-    results.push_back(run_size(opt, size, nexus, server_uri, client_id, cpus, servers, &failures));
+    results.push_back(
+        run_size(opt, size, nexus, server_uri, client_id, cpus, servers, &failures, checks));
   }
   if (servers != nullptr) servers->stop();
-  if (opt.json) {
-    bench::Report r{.transport = opt.ep.transport, .workload = "goodput", .setup = setup};
-    r.extra.add_string("mode", bench::mode_name(opt.ep.mode)).add_uint("mtu_bytes", opt.ep.mtu);
-    r.extra.append(bench::transport_json(opt.ep));
-    r.results = std::move(results);
-    bench::write_report(*opt.json, r);
-  }
+  checks.finish();
+  measure::ResultFile file =
+      checks.result_file(opt.ep.transport, "goodput", setup, bench::endpoint_config(opt.ep));
+  file.results = std::move(results);
+  bench::write_outputs(opt.out, file);
   return failures == 0 ? 0 : 1;
 }
 
@@ -266,12 +238,12 @@ int run_both_mode(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
+  CLI::App app("librpc goodput by message size, after eRPC's large_rpc_tput",
+               std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] {
+    check_options(opt, app);
     if (opt.ep.mode == Mode::kServer) return run_server_mode(opt);
     if (opt.ep.mode == Mode::kClient) return run_client_mode(opt);
     return run_both_mode(opt);

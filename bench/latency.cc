@@ -13,7 +13,9 @@
 // Measurement is that of bench/baselines/udp_pingpong: std::chrono::steady_clock
 // is read right before enqueue_request and again inside the continuation; the
 // client drives its event loop with run_event_loop_once until the continuation
-// has run. Percentiles are nearest-rank over the measured round trips.
+// has run. Each round trip is recorded in a log-linear histogram
+// (tools/measure/histogram.h, relative error under 0.4%); percentiles are
+// nearest-rank over it, p99.9 and p99.99 included.
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -34,11 +36,10 @@
 #include "common/connect.h"
 #include "common/cpu.h"
 #include "common/handlers.h"
-#include "common/json.h"
 #include "common/owned_buffer.h"
 #include "common/program.h"
+#include "common/report.h"
 #include "common/server_threads.h"
-#include "common/summary.h"
 #include "librpc/rpc_all.h"
 
 namespace {
@@ -46,7 +47,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using bench::Mode;
 using bench::RunError;
-using bench::UsageError;
 
 constexpr std::string_view kProgram = "latency";
 constexpr rpc::RpcId kServerRpcId = 0;
@@ -57,32 +57,9 @@ constexpr std::size_t kSweepMin = 32;
 constexpr std::size_t kSweepMax = 64 << 10;
 constexpr std::uint64_t kDefaultIters = 200000;
 constexpr std::uint64_t kDefaultWarmup = 10000;
-// Round-trip times kept in the JSON file for CDF plots (SCHEMA.md).
-constexpr std::size_t kMaxJsonSamples = 1000;
 // A request that has not completed after this long (librpc retransmits on
 // its own every rto_us) means the server is gone.
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
-
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: latency [--mode both|server|client] [options]\n"
-             "\n"
-             "  --mode M             both (default): server + client in this process;\n"
-             "                       server: serve echo at rpc_id 0 until SIGINT/SIGTERM;\n"
-             "                       client: measure against rpc 0 at --server-uri\n"
-             "{}"
-             "  --sizes A,B,...      request (= response) sizes in bytes, K/M suffixes\n"
-             "                       allowed (default {})\n"
-             "  --sweep              sizes {} B .. {} KiB, powers of 2\n"
-             "  --iters N            measured round trips per size (default {})\n"
-             "  --warmup N           unmeasured round trips per size first (default {})\n"
-             "  --duration SECONDS   cap on each size's warmup and on its measurement: stop\n"
-             "                       after this long even if fewer round trips were done\n"
-             "  --json FILE          also write the results as JSON to FILE\n"
-             "  -h, --help           show this help\n",
-             bench::endpoint_usage(), kDefaultSize, kSweepMin, kSweepMax >> 10, kDefaultIters,
-             kDefaultWarmup);
-}
 
 struct Options {
   bench::EndpointOptions ep;
@@ -90,50 +67,45 @@ struct Options {
   std::uint64_t iters = kDefaultIters;
   std::uint64_t warmup = kDefaultWarmup;
   std::optional<double> duration_s;
-  std::optional<std::string> json;
-  bool help = false;
+  bench::OutputPaths out;
+  bool sweep = false;
 };
 
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {
-      "--sizes", "--iters", "--warmup", "--duration", "--json", "--size",
-  };
-  static constexpr std::string_view kSwitches[] = {"--sweep"};
-  Options opt;
-  bool sizes_given = false;
-  bool sweep = false;
-  bool client_flag_given = false;
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  bench::add_endpoint_options(app, opt.ep);
+  CLI::App& client = *app.add_option_group("Client", "The measurement (client and both mode)");
   constexpr auto kMaxU32 = std::numeric_limits<std::uint32_t>::max();
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, kSwitches)) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (bench::apply_endpoint_flag(opt.ep, f)) continue;
-    client_flag_given = true;
-    if (f.name == "--sweep") {
-      sweep = true;
-    } else if (f.name == "--sizes" || f.name == "--size") {
-      opt.sizes = bench::parse_sizes(f.name, f.value, kMaxU32);
-      sizes_given = true;
-    } else if (f.name == "--iters") {
-      opt.iters = bench::parse_unsigned(f.name, f.value, 1, kMaxU32);
-    } else if (f.name == "--warmup") {
-      opt.warmup = bench::parse_unsigned(f.name, f.value, 0, kMaxU32);
-    } else if (f.name == "--duration") {
-      opt.duration_s = bench::parse_positive_double(f.name, f.value);
-    } else if (f.name == "--json") {
-      opt.json = bench::parse_path(f.name, f.value);
-    }
-  }
-  if (sweep && sizes_given) throw UsageError("--sizes and --sweep are mutually exclusive");
-  if (sweep) {
+  auto* sizes = measure::add_sizes_option(client, "--sizes,--size", opt.sizes,
+                                          "request (= response) sizes in bytes, K/M suffixes "
+                                          "allowed",
+                                          0, kMaxU32)
+                    ->default_str(std::to_string(kDefaultSize));
+  client
+      .add_flag("--sweep", opt.sweep,
+                fmt::format("sizes {} B .. {} KiB, powers of 2", kSweepMin, kSweepMax >> 10))
+      ->excludes(sizes);
+  client.add_option("--iters", opt.iters, "measured round trips per size")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{kMaxU32}));
+  client.add_option("--warmup", opt.warmup, "unmeasured round trips per size first")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{kMaxU32}));
+  client
+      .add_option_function<double>(
+          "--duration", [&opt](double d) { opt.duration_s = d; },
+          "cap on each size's warmup and on its measurement: stop after this long even if "
+          "fewer round trips were done")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  bench::add_output_options(client, opt.out);
+}
+
+void check_options(Options& opt, const CLI::App& app) {
+  if (opt.sweep) {
     opt.sizes.clear();
     for (std::size_t s = kSweepMin; s <= kSweepMax; s *= 2) opt.sizes.push_back(s);
   }
-  bench::check_endpoint_options(opt.ep, client_flag_given,
-                                "--sizes/--sweep/--iters/--warmup/--duration/--json");
-  return opt;
+  bench::check_endpoint_options(opt.ep, bench::any_given(*app.get_option_group("Client")),
+                                "--sizes/--sweep/--iters/--warmup/--duration/--json/--csv");
 }
 
 // ---------------------------------------------------------------------------
@@ -141,7 +113,7 @@ Options parse_args(int argc, char** argv) {
 
 struct SizeResult {
   std::size_t size = 0;
-  std::vector<std::int64_t> rtt_ns;  // sorted after the run
+  measure::Histogram rtt;  // nanoseconds
   std::uint64_t retransmissions = 0;
   bool capped = false;  // stopped by --duration
 };
@@ -172,13 +144,11 @@ class LatencyClient {
     SizeResult res;
     res.size = size;
     measure(res, req, resp, opt);
-    std::sort(res.rtt_ns.begin(), res.rtt_ns.end());
     return res;
   }
 
  private:
   void measure(SizeResult& res, rpc::MsgBuffer& req, rpc::MsgBuffer& resp, const Options& opt) {
-    res.rtt_ns.reserve(static_cast<std::size_t>(opt.iters));
     const auto cap = opt.duration_s ? std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(*opt.duration_s))
                                     : Clock::duration::max();
@@ -191,7 +161,7 @@ class LatencyClient {
     const std::uint64_t retrans_before = rpc_.stats().retransmissions;
     const auto start = Clock::now();
     for (std::uint64_t k = 0; k < opt.iters; ++k) {
-      res.rtt_ns.push_back(round_trip(req, resp, res.size));
+      res.rtt.record(round_trip(req, resp, res.size));
       // Checking the cap every 256 round trips keeps the clock read off
       // the timed path's neighbourhood most of the time.
       if ((k & 0xff) == 0xff && Clock::now() - start > cap) {
@@ -203,7 +173,7 @@ class LatencyClient {
   }
 
   // One request of `size` bytes; returns its round-trip time in ns.
-  std::int64_t round_trip(rpc::MsgBuffer& req, rpc::MsgBuffer& resp, std::size_t size) {
+  std::uint64_t round_trip(rpc::MsgBuffer& req, rpc::MsgBuffer& resp, std::size_t size) {
     // Tag the payload with a sequence number so the echo is checked to be
     // this request's, not merely of the right size.
     const std::size_t tag = std::min(sizeof seq_, size);
@@ -224,8 +194,8 @@ class LatencyClient {
                         size, kRequestTimeout.count()));
       }
     }
-    const std::int64_t rtt =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(p.t1 - t0).count();
+    const auto rtt = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(p.t1 - t0).count());
 
     if (p.errc != rpc::Errc::kOk) {
       throw RunError(fmt::format("request failed: {}", rpc::to_string(p.errc)));
@@ -243,38 +213,31 @@ class LatencyClient {
   std::uint64_t seq_ = 0;
 };
 
-void print_result(const SizeResult& r, const bench::LatencySummary& s) {
-  fmt::print(
-      "librpc size={} B iters={} p50={:.2f} us p90={:.2f} us p99={:.2f} us p99.9={:.2f} us "
-      "max={:.2f} us{}{}\n",
-      r.size, s.iters, s.p50_us, s.p90_us, s.p99_us, s.p999_us, s.max_us,
-      r.retransmissions ? fmt::format(" retransmissions={}", r.retransmissions) : std::string(),
-      r.capped ? " (capped by --duration)" : "");
+void print_header() {
+  fmt::print("{}\n{:>8} {:>9} {}\n", measure::kRttNote, "size", "iters", measure::rtt_header());
+}
+
+void print_result(const SizeResult& r) {
+  fmt::print("{:>8} {:>9} {}{}\n", r.size, r.rtt.count(), measure::rtt_row(r.rtt),
+             r.capped ? " (capped by --duration)" : "");
   std::fflush(stdout);
 }
 
-bench::JsonObject result_json(const SizeResult& r) {
-  const bench::LatencySummary s = bench::summarize(r.rtt_ns);
-  bench::JsonObject o;
-  o.add_uint("size", r.size)
-      .add_uint("iters", s.iters)
-      .add_double("p50_us", s.p50_us)
-      .add_double("p90_us", s.p90_us)
-      .add_double("p99_us", s.p99_us)
-      .add_double("p999_us", s.p999_us)
-      .add_double("max_us", s.max_us)
-      .add_double("min_us", s.min_us)
-      .add_double("mean_us", s.mean_us)
-      .add_uint("retransmissions", r.retransmissions)
-      .add_raw("samples_us",
-               bench::json_double_array(bench::downsample_us(r.rtt_ns, kMaxJsonSamples)));
+measure::Json result_json(const SizeResult& r) {
+  measure::Json o;
+  o["size"] = r.size;
+  o["iters"] = r.rtt.count();
+  measure::add_rtt_fields(o, r.rtt);
+  o["retransmissions"] = r.retransmissions;
+  o["capped"] = r.capped;
   return o;
 }
 
 // Connects a session to rpc 0 at server_uri and runs every size; returns
-// the JSON result of each.
-std::vector<bench::JsonObject> run_client(rpc::Rpc& client, const bench::ConnectWatch& watch,
-                                          const std::string& server_uri, const Options& opt) {
+// the result file (without the final load check).
+measure::Json run_client(rpc::Rpc& client, const bench::ConnectWatch& watch,
+                         const std::string& server_uri, const Options& opt,
+                         bench::RunChecks& checks) {
   for (std::size_t size : opt.sizes) {
     if (size > client.max_msg_size()) {
       throw RunError(fmt::format("size {} exceeds the largest message of this Rpc ({} B)", size,
@@ -285,11 +248,14 @@ std::vector<bench::JsonObject> run_client(rpc::Rpc& client, const bench::Connect
   bench::wait_connected(client, {&session, 1}, watch, server_uri);
 
   LatencyClient lc(client, session.num);
-  std::vector<bench::JsonObject> results;
+  measure::Json results = measure::Json::array();
+  print_header();
   for (std::size_t size : opt.sizes) {
+    checks.point_begin();
     const SizeResult r = lc.run(size, opt);
-    if (r.rtt_ns.empty()) throw RunError("no round trips completed");
-    print_result(r, bench::summarize(r.rtt_ns));
+    if (r.rtt.empty()) throw RunError("no round trips completed");
+    print_result(r);
+    checks.point_end(fmt::format("size {} B", r.size), r.retransmissions, &r.rtt);
     results.push_back(result_json(r));
   }
   bench::close_sessions(client, {&session, 1});
@@ -305,15 +271,16 @@ void print_plan(const Options& opt) {
   std::fflush(stdout);
 }
 
-void write_json(const Options& opt, const std::string& setup,
-                std::vector<bench::JsonObject> results) {
-  bench::Report report{.transport = opt.ep.transport, .workload = "latency", .setup = setup};
-  report.extra.add_string("mode", bench::mode_name(opt.ep.mode))
-      .add_uint("mtu_bytes", opt.ep.mtu)
-      .add_uint("warmup", opt.warmup)
-      .append(bench::transport_json(opt.ep));
-  report.results = std::move(results);
-  bench::write_report(*opt.json, report);
+void write_outputs(const Options& opt, const std::string& setup, measure::Json results,
+                   bench::RunChecks& checks) {
+  checks.finish();
+  measure::Json config = bench::endpoint_config(opt.ep);
+  config["warmup"] = opt.warmup;
+  config["iters"] = opt.iters;
+  if (opt.duration_s) config["duration_cap_s"] = *opt.duration_s;
+  measure::ResultFile file = checks.result_file(opt.ep.transport, "latency", setup, config);
+  file.results = std::move(results);
+  bench::write_outputs(opt.out, file);
 }
 
 // ---------------------------------------------------------------------------
@@ -344,8 +311,9 @@ int run_client_mode(const Options& opt) {
                   kServerRpcId, *opt.ep.server_uri);
   fmt::print("latency: client mode: {}\n", setup);
   print_plan(opt);
-  auto results = run_client(client, watch, *opt.ep.server_uri, opt);
-  if (opt.json) write_json(opt, setup, std::move(results));
+  bench::RunChecks checks(/*busy_cores=*/1);
+  auto results = run_client(client, watch, *opt.ep.server_uri, opt, checks);
+  write_outputs(opt, setup, std::move(results), checks);
   return 0;
 }
 
@@ -373,32 +341,34 @@ int run_both_mode(const Options& opt) {
   fmt::print("latency: {}\n", setup);
   print_plan(opt);
 
-  std::vector<bench::JsonObject> results;
+  measure::Json results;
   std::exception_ptr client_error;
+  bench::RunChecks checks(/*busy_cores=*/2);
   try {
     bench::ConnectWatch watch;
     rpc::Rpc client(nexus, bench::make_rpc_config(opt.ep, kClientRpcId, &watch));
     bench::print_transport_choice(client);
-    results = run_client(client, watch, nexus.uri(), opt);
+    results = run_client(client, watch, nexus.uri(), opt, checks);
   } catch (...) {
     client_error = std::current_exception();
   }
   // A server error is the likelier cause of a client error: report it first.
   server.stop();
   if (client_error) std::rethrow_exception(client_error);
-  if (opt.json) write_json(opt, setup, std::move(results));
+  write_outputs(opt, setup, std::move(results), checks);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
+  CLI::App app(
+      "librpc round-trip latency, eRPC style: one outstanding request, echoed at the same size",
+      std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] {
+    check_options(opt, app);
     if (opt.ep.mode == Mode::kServer) return run_server_mode(opt);
     if (opt.ep.mode == Mode::kClient) return run_client_mode(opt);
     return run_both_mode(opt);

@@ -42,8 +42,8 @@
 #include "common/args.h"
 #include "common/connect.h"
 #include "common/handlers.h"
-#include "common/json.h"
 #include "common/program.h"
+#include "common/report.h"
 #include "librpc/rpc_all.h"
 
 namespace {
@@ -62,32 +62,6 @@ constexpr std::size_t kMaxSessions = 65535;  // SessionNum is 16 bits
 constexpr std::size_t kMaxThreads = 64;
 constexpr auto kPhaseTimeout = std::chrono::seconds(60);
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: sessions [--mode both|server|client] [options]\n"
-             "\n"
-             "  --mode M                 both (default): the server is a child process of\n"
-             "                           this one; server: one server Rpc until\n"
-             "                           SIGINT/SIGTERM; client: load --server-uri\n"
-             "{}"
-             "  --sessions N             sessions in all (default {}, at most {})\n"
-             "  --client-threads M       client threads, an Rpc each (default 1); the\n"
-             "                           sessions are split evenly\n"
-             "  --connect-window W       connects outstanding per client thread (default {})\n"
-             "  --size BYTES             request and response size (default {})\n"
-             "  --outstanding K          requests in flight per client thread (default {}; 0:\n"
-             "                           one per session), each sent on the next session\n"
-             "                           in turn so that every session carries traffic\n"
-             "  --duration SECONDS       traffic phase (default {})\n"
-             "  --server-ring R          server RpcConfig::rx_ring_size (default the\n"
-             "                           library's, 4096)\n"
-             "  --server-max-sessions X  server RpcConfig::max_sessions (default N + 16)\n"
-             "  --json FILE              also write the result as JSON to FILE\n"
-             "  -h, --help               show this help\n",
-             bench::endpoint_usage(), kDefaultSessions, kMaxSessions, kDefaultConnectWindow,
-             kDefaultSize, kDefaultOutstanding, kDefaultDurationS);
-}
-
 struct Options {
   bench::EndpointOptions ep;
   std::size_t sessions = kDefaultSessions;
@@ -98,54 +72,52 @@ struct Options {
   double duration_s = kDefaultDurationS;
   std::size_t server_ring = 0;          // 0: RpcConfig's default
   std::size_t server_max_sessions = 0;  // 0: sessions + 16
-  std::optional<std::string> json;
-  bool help = false;
+  bench::OutputPaths out;
 };
 
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {
-      "--sessions",    "--client-threads",      "--connect-window", "--size",        "--duration",
-      "--server-ring", "--server-max-sessions", "--json",           "--outstanding",
-  };
-  Options opt;
-  bool client_flag_given = false;
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (bench::apply_endpoint_flag(opt.ep, f)) continue;
-    if (f.name == "--server-ring") {
-      opt.server_ring = bench::parse_unsigned(f.name, f.value, 8, std::size_t{1} << 20);
-    } else if (f.name == "--server-max-sessions") {
-      opt.server_max_sessions = bench::parse_unsigned(f.name, f.value, 1, kMaxSessions);
-    } else if (f.name == "--sessions") {
-      // Also the server's default max_sessions in both mode.
-      opt.sessions = bench::parse_unsigned(f.name, f.value, 1, kMaxSessions);
-    } else {
-      client_flag_given = true;
-      if (f.name == "--client-threads") {
-        opt.client_threads = bench::parse_unsigned(f.name, f.value, 1, kMaxThreads);
-      } else if (f.name == "--connect-window") {
-        opt.connect_window = bench::parse_unsigned(f.name, f.value, 1, kMaxSessions);
-      } else if (f.name == "--size") {
-        opt.size = bench::parse_size(f.name, f.value, 1 << 20);
-      } else if (f.name == "--outstanding") {
-        opt.outstanding = bench::parse_unsigned(f.name, f.value, 0, kMaxSessions);
-      } else if (f.name == "--duration") {
-        opt.duration_s = bench::parse_positive_double(f.name, f.value);
-      } else if (f.name == "--json") {
-        opt.json = bench::parse_path(f.name, f.value);
-      }
-    }
-  }
-  bench::check_endpoint_options(opt.ep, client_flag_given,
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  app.footer(
+      "Both mode (the default) runs the server as a child process of this one; server mode "
+      "runs one server Rpc until SIGINT/SIGTERM; client mode loads --server-uri.");
+  bench::add_endpoint_options(app, opt.ep);
+  app.add_option("--sessions", opt.sessions,
+                 "sessions in all (also the server's default max_sessions in both mode)")
+      ->check(CLI::Range(std::size_t{1}, kMaxSessions));
+  app.add_option("--server-ring", opt.server_ring,
+                 "server RpcConfig::rx_ring_size (0: the library's, 4096)")
+      ->check(CLI::Range(std::size_t{8}, std::size_t{1} << 20));
+  app.add_option("--server-max-sessions", opt.server_max_sessions,
+                 "server RpcConfig::max_sessions (0: --sessions + 16)")
+      ->check(CLI::Range(std::size_t{1}, kMaxSessions));
+  CLI::App& client = *app.add_option_group("Client", "The load (client and both mode)");
+  client
+      .add_option("--client-threads", opt.client_threads,
+                  "client threads, an Rpc each; the sessions are split evenly")
+      ->check(CLI::Range(std::size_t{1}, kMaxThreads));
+  client
+      .add_option("--connect-window", opt.connect_window, "connects outstanding per client thread")
+      ->check(CLI::Range(std::size_t{1}, kMaxSessions));
+  measure::add_size_option(client, "--size", opt.size, "request and response size", 0,
+                           std::size_t{1} << 20);
+  client
+      .add_option("--outstanding", opt.outstanding,
+                  "requests in flight per client thread (0: one per session), each sent on the "
+                  "next session in turn so that every session carries traffic")
+      ->check(CLI::Range(std::size_t{0}, kMaxSessions));
+  client.add_option("--duration", opt.duration_s, "traffic phase")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  bench::add_output_options(client, opt.out);
+}
+
+void check_options(const Options& opt, const CLI::App& app) {
+  bench::check_endpoint_options(opt.ep, bench::any_given(*app.get_option_group("Client")),
                                 "--client-threads/--connect-window/--size/--outstanding/"
-                                "--duration/--json");
+                                "--duration/--json/--csv");
   if (opt.sessions < opt.client_threads) {
     throw bench::UsageError("--sessions must be at least --client-threads");
   }
-  return opt;
 }
 
 std::size_t server_max_sessions(const Options& opt) {
@@ -398,6 +370,8 @@ int run_clients(const Options& opt) {
     server_uri = *opt.ep.server_uri;
   }
   const std::size_t rss_start = server ? server->rss_bytes() : 0;
+  // Busy-polling: the client threads, and the server's in both mode.
+  bench::RunChecks checks(static_cast<int>(opt.client_threads) + (server ? 1 : 0));
   rpc::Nexus nexus(bench::make_nexus_config(
       opt.ep, opt.ep.mode == Mode::kBoth ? "127.0.0.1:0" : bench::client_nexus_uri(opt.ep)));
 
@@ -481,50 +455,55 @@ int run_clients(const Options& opt) {
       opt.size,
       opt.outstanding == 0 ? std::string("one per session") : std::to_string(opt.outstanding), rps,
       traffic_s, used, retransmissions, errs, resets);
-  if (opt.json) {
-    bench::Report report;
-    report.transport = opt.ep.transport;
-    report.workload = "sessions";
-    report.setup = server ? "server in a child process on 127.0.0.1, clients in this process"
-                          : "server at " + server_uri;
-    report.extra.append(bench::transport_json(opt.ep));
-    bench::JsonObject r;
-    r.add_uint("sessions", opt.sessions)
-        .add_uint("client_threads", threads.size())
-        .add_uint("connect_window", opt.connect_window)
-        .add_uint("connected", connected)
-        .add_uint("connect_failed", failed)
-        .add_double("connect_s", connect_s)
-        .add_double("connect_per_s", connect_rate, 0)
-        .add_uint("req_size", opt.size)
-        .add_uint("outstanding_per_thread", opt.outstanding)
-        .add_uint("sessions_used", used)
-        .add_double("traffic_s", traffic_s)
-        .add_double("rps", rps, 0)
-        .add_uint("retransmissions", retransmissions)
-        .add_uint("errors", errs)
-        .add_uint("sessions_reset", resets);
-    if (server) {
-      r.add_uint("server_rss_start_bytes", rss_start)
-          .add_double("server_rss_per_idle_session_bytes", idle_per_session, 0)
-          .add_double("server_rss_per_used_session_bytes", used_per_session, 0)
-          .add_string("server_stats", server_stats);
-    }
-    report.results.push_back(r);
-    bench::write_report(*opt.json, report);
+  checks.point_end("", retransmissions);
+  checks.finish();
+  measure::Json config = bench::endpoint_config(opt.ep);
+  config["server_rx_ring_size"] =
+      opt.server_ring != 0 ? opt.server_ring : rpc::RpcConfig{}.rx_ring_size;
+  config["server_max_sessions"] = server_max_sessions(opt);
+  measure::ResultFile file =
+      checks.result_file(opt.ep.transport, "sessions",
+                         server ? "server in a child process on 127.0.0.1, clients in this process"
+                                : "server at " + server_uri,
+                         std::move(config));
+  measure::Json r;
+  r["sessions"] = opt.sessions;
+  r["client_threads"] = threads.size();
+  r["connect_window"] = opt.connect_window;
+  r["connected"] = connected;
+  r["connect_failed"] = failed;
+  r["connect_s"] = measure::round_to(connect_s);
+  r["connect_per_s"] = measure::round_to(connect_rate, 0);
+  r["req_size"] = opt.size;
+  r["outstanding_per_thread"] = opt.outstanding;
+  r["sessions_used"] = used;
+  r["traffic_s"] = measure::round_to(traffic_s);
+  r["rps"] = measure::round_to(rps, 0);
+  r["retransmissions"] = retransmissions;
+  r["errors"] = errs;
+  r["sessions_reset"] = resets;
+  if (server) {
+    r["server_rss_start_bytes"] = rss_start;
+    r["server_rss_per_idle_session_bytes"] = measure::round_to(idle_per_session, 0);
+    r["server_rss_per_used_session_bytes"] = measure::round_to(used_per_session, 0);
+    r["server_stats"] = server_stats;
   }
+  file.results.push_back(std::move(r));
+  bench::write_outputs(opt.out, file);
   return failed == 0 && errs == 0 && resets == 0 && connected == opt.sessions ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
+  CLI::App app(
+      "librpc with many sessions on one server Rpc: connect rate, server memory per session, "
+      "request rate with every session active",
+      std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] {
+    check_options(opt, app);
     if (opt.ep.mode == Mode::kServer) return run_server(opt);
     return run_clients(opt);
   });

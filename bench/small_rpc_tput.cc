@@ -36,8 +36,8 @@
 #include "common/connect.h"
 #include "common/cpu.h"
 #include "common/handlers.h"
-#include "common/json.h"
 #include "common/program.h"
+#include "common/report.h"
 #include "common/server_threads.h"
 #include "librpc/rpc_all.h"
 
@@ -58,33 +58,6 @@ constexpr std::size_t kMaxWindow = 4096;
 // not in the public API; reported as the SCHEMA's "batch".
 constexpr std::size_t kUdpMaxBatch = 32;
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: small_rpc_tput [--mode both|server|client] [options]\n"
-             "\n"
-             "  --mode M             both (default): server and client threads in this\n"
-             "                       process, each pinned to its own CPU when there are\n"
-             "                       enough, busy-polling;\n"
-             "                       server: serve at rpc_ids 0..N-1 until SIGINT/SIGTERM;\n"
-             "                       client: load the server at --server-uri;\n"
-             "                       these two do not pin (place them with taskset -c)\n"
-             "{}"
-             "  --server-threads N   server threads, rpc_ids 0..N-1 (default 1); in client\n"
-             "                       mode, how many rpc_ids the server has\n"
-             "  --client-threads N   client threads, an Rpc each (default 1)\n"
-             "  --sessions N         sessions per client thread (default 1, at most {}),\n"
-             "                       spread round-robin over the server rpc_ids\n"
-             "  --window W           outstanding requests per session (default {}); above 8\n"
-             "                       the rest wait in the session backlog\n"
-             "  --size BYTES         request and response size (default {})\n"
-             "  --duration SECONDS   measured time (default {}), after a warmup of a tenth\n"
-             "                       of it (at most 0.5 s)\n"
-             "  --json FILE          also write the result as JSON to FILE\n"
-             "  -h, --help           show this help\n",
-             bench::endpoint_usage(), kMaxSessions, kDefaultWindow, kDefaultSize,
-             kDefaultDurationS);
-}
-
 struct Options {
   bench::EndpointOptions ep;
   std::size_t server_threads = 1;
@@ -93,45 +66,46 @@ struct Options {
   std::size_t window = kDefaultWindow;
   std::size_t size = kDefaultSize;
   double duration_s = kDefaultDurationS;
-  std::optional<std::string> json;
-  bool help = false;
+  bench::OutputPaths out;
 };
 
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {
-      "--sessions",       "--window",   "--size", "--client-threads",
-      "--server-threads", "--duration", "--json",
-  };
-  Options opt;
-  bool client_flag_given = false;
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (bench::apply_endpoint_flag(opt.ep, f)) continue;
-    if (f.name == "--server-threads") {
-      opt.server_threads = bench::parse_unsigned(f.name, f.value, 1, kMaxThreads);
-      continue;
-    }
-    client_flag_given = true;
-    if (f.name == "--sessions") {
-      opt.sessions = bench::parse_unsigned(f.name, f.value, 1, kMaxSessions);
-    } else if (f.name == "--window") {
-      opt.window = bench::parse_unsigned(f.name, f.value, 1, kMaxWindow);
-    } else if (f.name == "--size") {
-      opt.size = bench::parse_size(f.name, f.value, std::numeric_limits<std::uint32_t>::max());
-    } else if (f.name == "--client-threads") {
-      opt.client_threads = bench::parse_unsigned(f.name, f.value, 1, kMaxThreads);
-    } else if (f.name == "--duration") {
-      opt.duration_s = bench::parse_positive_double(f.name, f.value);
-    } else if (f.name == "--json") {
-      opt.json = bench::parse_path(f.name, f.value);
-    }
-  }
-  bench::check_endpoint_options(opt.ep, client_flag_given,
-                                "--sessions/--window/--size/--client-threads/--duration/--json");
-  return opt;
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  app.footer(
+      "Both mode runs server and client threads in this process, each pinned to its own CPU "
+      "when there are enough, busy-polling; server and client mode do not pin (place them "
+      "with taskset -c).");
+  bench::add_endpoint_options(app, opt.ep);
+  app.add_option("--server-threads", opt.server_threads,
+                 "server threads, rpc_ids 0..N-1; in client mode, how many rpc_ids the server "
+                 "has")
+      ->check(CLI::Range(std::size_t{1}, kMaxThreads));
+  CLI::App& client = *app.add_option_group("Client", "The load (client and both mode)");
+  client.add_option("--client-threads", opt.client_threads, "client threads, an Rpc each")
+      ->check(CLI::Range(std::size_t{1}, kMaxThreads));
+  client
+      .add_option("--sessions", opt.sessions,
+                  "sessions per client thread, spread round-robin over the server rpc_ids")
+      ->check(CLI::Range(std::size_t{1}, kMaxSessions));
+  client
+      .add_option("--window", opt.window,
+                  "outstanding requests per session; above 8 the rest wait in the session "
+                  "backlog")
+      ->check(CLI::Range(std::size_t{1}, kMaxWindow));
+  measure::add_size_option(client, "--size", opt.size, "request and response size", 0,
+                           std::numeric_limits<std::uint32_t>::max());
+  client
+      .add_option("--duration", opt.duration_s,
+                  "measured time, after a warmup of a tenth of it (at most 0.5 s)")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  bench::add_output_options(client, opt.out);
+}
+
+void check_options(const Options& opt, const CLI::App& app) {
+  bench::check_endpoint_options(
+      opt.ep, bench::any_given(*app.get_option_group("Client")),
+      "--sessions/--window/--size/--client-threads/--duration/--json/--csv");
 }
 
 bench::ClientThreadsConfig client_config(const Options& opt, const std::string& server_uri,
@@ -227,32 +201,30 @@ void print_totals(const Options& opt, const bench::Window& w, const Totals& t,
   }
 }
 
-void write_json(const Options& opt, const std::string& setup, const bench::Window& w,
-                const Totals& t) {
-  bench::Report r{.transport = opt.ep.transport, .workload = "rate", .setup = setup};
-  r.extra.add_string("mode", bench::mode_name(opt.ep.mode))
-      .add_uint("mtu_bytes", opt.ep.mtu)
-      .append(bench::transport_json(opt.ep));
-  bench::JsonObject o;
-  o.add_uint("size", opt.size)
-      .add_uint("window", opt.window)
-      .add_uint("sessions", opt.sessions)
-      .add_uint("client_threads", opt.client_threads)
-      .add_uint("server_threads", opt.server_threads);
-  if (opt.ep.transport == "udp") o.add_uint("batch", kUdpMaxBatch);
-  o.add_double("duration_s", w.seconds)
-      .add_uint("requests", t.requests)
-      .add_double("rps", t.rps, 1)
-      .add_double("rps_per_client_thread", t.per_client, 1)
-      .add_double("rps_per_server_thread", t.per_server, 1)
-      .add_uint("errors", t.errors)
-      .add_uint("retransmissions", t.retransmissions)
-      .add_raw("client_thread_rps", bench::json_double_array(t.client_rps, 1));
-  if (!t.server_rps.empty()) {
-    o.add_raw("server_thread_rps", bench::json_double_array(t.server_rps, 1));
-  }
-  r.results.push_back(std::move(o));
-  bench::write_report(*opt.json, r);
+void write_outputs(const Options& opt, const std::string& setup, const bench::Window& w,
+                   const Totals& t, const bench::RunChecks& checks) {
+  measure::Json config = bench::endpoint_config(opt.ep);
+  if (opt.ep.transport == "udp") config["udp_batch"] = kUdpMaxBatch;
+  measure::ResultFile file = checks.result_file(opt.ep.transport, "rate", setup, config);
+  measure::Json o;
+  o["size"] = opt.size;
+  o["window"] = opt.window;
+  o["sessions"] = opt.sessions;
+  o["client_threads"] = opt.client_threads;
+  o["server_threads"] = opt.server_threads;
+  if (opt.ep.transport == "udp") o["batch"] = kUdpMaxBatch;
+  o["duration_s"] = measure::round_to(w.seconds);
+  o["requests"] = t.requests;
+  o["rps"] = measure::round_to(t.rps, 1);
+  o["rps_per_client_thread"] = measure::round_to(t.per_client, 1);
+  o["rps_per_server_thread"] = measure::round_to(t.per_server, 1);
+  o["errors"] = t.errors;
+  o["retransmissions"] = t.retransmissions;
+  o["interrupted"] = w.interrupted;
+  o["client_thread_rps"] = bench::rounded(t.client_rps);
+  if (!t.server_rps.empty()) o["server_thread_rps"] = bench::rounded(t.server_rps);
+  file.results.push_back(std::move(o));
+  bench::write_outputs(opt.out, file);
 }
 
 // Measures with running clients (and servers, in both mode), then stops them.
@@ -260,13 +232,18 @@ int measure_and_report(const Options& opt, const std::string& setup, bench::Clie
                        bench::ServerThreads* servers) {
   fmt::print("small_rpc_tput: {}\n", setup);
   std::fflush(stdout);
+  // Busy-polling threads: the servers in this process, and the clients.
+  bench::RunChecks checks(
+      static_cast<int>(opt.client_threads + (servers != nullptr ? opt.server_threads : 0)));
   const bench::Window w =
       bench::measure_then_stop(kProgram, clients, servers, warmup_s(opt), opt.duration_s,
                                [](double per_s) { return format_rate(per_s) + " requests/s"; });
   if (servers != nullptr) servers->stop();
   const Totals t = sum_up(opt, w, clients);
   print_totals(opt, w, t, clients);
-  if (opt.json) write_json(opt, setup, w, t);
+  checks.point_end("", t.retransmissions);
+  checks.finish();
+  write_outputs(opt, setup, w, t, checks);
   // Failed requests, or requests left unanswered, fail the run.
   return t.errors == 0 && t.drained ? 0 : 1;
 }
@@ -327,12 +304,13 @@ int run_both_mode(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
+  CLI::App app(
+      "librpc small-RPC rate, after eRPC's small_rpc_tput: windows of echo requests per session",
+      std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] {
+    check_options(opt, app);
     if (opt.ep.mode == Mode::kServer) return run_server_mode(opt);
     if (opt.ep.mode == Mode::kClient) return run_client_mode(opt);
     return run_both_mode(opt);

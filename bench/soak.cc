@@ -4,7 +4,7 @@
 // memory at start and end. A handler that ran twice for one request, a
 // corrupted response, an error or a memory leak shows up here.
 //
-//   soak [--duration SECONDS] [--loss FRACTION] [--window N] [--json FILE]
+//   soak [--duration SECONDS] [--loss FRACTION] [--window N] [--json FILE] [--csv FILE]
 #include <fmt/core.h>
 #include <librpc/rpc_all.h>
 #include <unistd.h>
@@ -22,10 +22,9 @@
 
 #include "common/args.h"
 #include "common/program.h"
+#include "common/report.h"
 
 namespace {
-
-using bench::UsageError;
 
 constexpr std::string_view kProgram = "soak";
 constexpr double kDefaultDurationS = 60;
@@ -33,64 +32,36 @@ constexpr double kDefaultLoss = 0.01;
 constexpr size_t kDefaultWindow = 8;
 constexpr size_t kMaxWindow = 4096;
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: soak [options]\n"
-             "\n"
-             "Echo RPCs of mixed sizes (16 B .. 64 KiB) between two Rpcs of this process,\n"
-             "with TX loss injected at both ends; checks every byte and reports\n"
-             "retransmissions and resident memory. Exits 1 on any error or bad data.\n"
-             "\n"
-             "  --duration SECONDS   how long to send requests (default {})\n"
-             "  --loss FRACTION      fraction of packets each end drops on TX, in [0, 1)\n"
-             "                       (default {})\n"
-             "  --window N           requests in flight, 1..{} (default {})\n"
-             "  --json FILE          also write the results as JSON to FILE\n"
-             "  -h, --help           show this help\n",
-             kDefaultDurationS, kDefaultLoss, kMaxWindow, kDefaultWindow);
-}
-
 struct Options {
   double duration_s = kDefaultDurationS;
   double loss = kDefaultLoss;
   size_t window = kDefaultWindow;
-  std::string json;
-  bool help = false;
+  bench::OutputPaths out;
 };
 
-// A number in [0, 1).
-double parse_fraction(std::string_view flag, std::string_view text) {
-  const std::string copy(text);
-  char* end = nullptr;
-  const double value = std::strtod(copy.c_str(), &end);
-  if (copy.empty() || end != copy.c_str() + copy.size() || !(value >= 0 && value < 1)) {
-    throw UsageError(fmt::format("{}: '{}' is not a number in [0, 1)", flag, text));
-  }
-  return value;
-}
-
-Options parse_args(int argc, char** argv) {
-  static constexpr std::string_view kValued[] = {"--duration", "--loss", "--window", "--json"};
-  Options opt;
-  for (const bench::Flag& f : bench::split_flags(argc, argv, kValued, {})) {
-    if (f.name == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (f.name == "--duration") {
-      opt.duration_s = bench::parse_positive_double(f.name, f.value);
-    } else if (f.name == "--loss") {
-      opt.loss = parse_fraction(f.name, f.value);
-    } else if (f.name == "--window") {
-      opt.window = static_cast<size_t>(bench::parse_unsigned(f.name, f.value, 1, kMaxWindow));
-    } else if (f.name == "--json") {
-      opt.json = bench::parse_path(f.name, f.value);
-    } else {
-      // The endpoint flags the other programs take: soak runs in-process.
-      throw UsageError(fmt::format("unknown option '{}'", f.name));
-    }
-  }
-  return opt;
+// The endpoint options the other programs take do not apply: soak runs
+// both Rpcs in this process over udp.
+void add_options(CLI::App& app, Options& opt) {
+  bench::configure_app(app);
+  app.footer("Exits 1 on any error or bad data.");
+  app.add_option("--duration", opt.duration_s, "how long to send requests")
+      ->check(measure::positive_double())
+      ->type_name("SECONDS");
+  app.add_option("--loss", opt.loss, "fraction of packets each end drops on TX")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (text.empty() || end != text.c_str() + text.size() || !(v >= 0 && v < 1)) {
+              return "'" + text + "' is not a number in [0, 1)";
+            }
+            return "";
+          },
+          ""))
+      ->type_name("FRACTION");
+  app.add_option("--window", opt.window, "requests in flight")
+      ->check(CLI::Range(size_t{1}, kMaxWindow));
+  bench::add_output_options(app, opt.out);
 }
 
 constexpr rpc::ReqType kEcho = 1;
@@ -167,7 +138,6 @@ int run(const Options& opt) {
   const double duration_s = opt.duration_s;
   const double loss = opt.loss;
   const size_t window = opt.window;
-  const std::string& json = opt.json;
   rpc::Nexus nexus({.uri = "127.0.0.1:0"});
   if (!nexus.register_handler(kEcho, echo)) return 1;
   const rpc::RpcConfig base{.rto_us = 2000, .drop_tx_fraction = loss};
@@ -198,6 +168,7 @@ int run(const Options& opt) {
   }
   for (Slot& s : slots) send(rpc, s);
   const size_t rss_start_kib = rss_kib();
+  bench::RunChecks checks(/*busy_cores=*/2);
   std::printf(
       "soak: %.0f s, %.1f%% TX loss at both ends, window %zu, sizes 16 B..64 KiB, RSS %zu KiB\n",
       duration_s, loss * 100, window, rss_start_kib);
@@ -239,26 +210,42 @@ int run(const Options& opt) {
       static_cast<unsigned long>(client_stats.tx_dropped_injected),
       static_cast<unsigned long>(server_stats.tx_dropped_injected), rss_start_kib, rss_end_kib,
       ok ? "OK" : "FAILED");
-  if (!json.empty()) {
-    std::ofstream out(json);
-    out << "{\"duration_s\":" << duration_s << ",\"loss\":" << loss << ",\"window\":" << window
-        << ",\"completed\":" << cl.completed << ",\"handler_runs\":" << runs
-        << ",\"errors\":" << cl.errors << ",\"bad_data\":" << cl.bad_data
-        << ",\"retransmissions\":" << client_stats.retransmissions
-        << ",\"rss_start_kib\":" << rss_start_kib << ",\"rss_end_kib\":" << rss_end_kib << "}\n";
-  }
+  // Retransmissions are what the injected loss asks for: not a warning here.
+  checks.point_end("", /*retransmissions=*/0);
+  checks.finish();
+  measure::Json config;
+  config["transport"] = "udp";
+  config["rto_us"] = base.rto_us;
+  config["drop_tx_fraction"] = loss;
+  config["window"] = window;
+  measure::ResultFile file = checks.result_file(
+      "udp", "soak", "client and server Rpc threads in one process on 127.0.0.1, not pinned",
+      std::move(config));
+  measure::Json r;
+  r["duration_s"] = duration_s;
+  r["loss"] = loss;
+  r["window"] = window;
+  r["completed"] = cl.completed;
+  r["handler_runs"] = runs;
+  r["errors"] = cl.errors;
+  r["bad_data"] = cl.bad_data;
+  r["retransmissions"] = client_stats.retransmissions;
+  r["rss_start_kib"] = rss_start_kib;
+  r["rss_end_kib"] = rss_end_kib;
+  r["ok"] = ok;
+  file.results.push_back(std::move(r));
+  bench::write_outputs(opt.out, file);
   return ok ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run_main(kProgram, print_usage, [&] {
-    const Options opt = parse_args(argc, argv);
-    if (opt.help) {
-      print_usage(stdout);
-      return 0;
-    }
-    return run(opt);
-  });
+  CLI::App app(
+      "Echo RPCs of mixed sizes (16 B .. 64 KiB) between two Rpcs of this process, with TX loss "
+      "injected at both ends; checks every byte and reports retransmissions and resident memory",
+      std::string(kProgram));
+  Options opt;
+  add_options(app, opt);
+  return bench::run_main(app, argc, argv, [&] { return run(opt); });
 }

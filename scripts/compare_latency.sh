@@ -52,11 +52,16 @@ with open(librpc_path) as f:
     librpc = json.load(f)
 with open(raw_path) as f:
     raw = json.load(f)
-rows = [r for r in librpc["results"] if r["size"] == size]
-if not rows:
-    sys.exit(f"compare_latency: no {size} B result in {librpc_path}")
-if raw["size"] != size:
-    sys.exit(f"compare_latency: raw UDP result is for {raw['size']} B, not {size} B")
-a, b = rows[0]["p50_us"], raw["p50_us"]
-print(f"p50 {size} B: librpc {a:.1f} us, raw UDP {b:.1f} us, ratio {a / b:.2f}")
+# Schema 2 (bench/compare/SCHEMA.md): one result object per size, with
+# round-trip percentiles named rtt_*.
+def point(doc, path):
+    rows = [r for r in doc.get("results", []) if r.get("size") == size]
+    if not rows:
+        sys.exit(f"compare_latency: no {size} B result in {path}")
+    return rows[0]
+a, b = point(librpc, librpc_path)["rtt_p50_us"], point(raw, raw_path)["rtt_p50_us"]
+print(f"rtt p50 {size} B: librpc {a:.1f} us, raw UDP {b:.1f} us, ratio {a / b:.2f}")
+for name, doc in (("librpc", librpc), ("raw UDP", raw)):
+    for w in doc.get("warnings", []):
+        print(f"  warning ({name}): {w}")
 EOF

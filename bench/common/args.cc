@@ -3,124 +3,51 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <charconv>
-#include <cmath>
+#include <map>
 
 namespace bench {
+namespace {
 
-std::uint64_t parse_unsigned(std::string_view flag, std::string_view text, std::uint64_t min,
-                             std::uint64_t max) {
-  std::uint64_t value = 0;
-  const char* last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ec == std::errc::invalid_argument || ptr != last) {
-    throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", flag, text));
-  }
-  if (ec == std::errc::result_out_of_range || value < min || value > max) {
-    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, text, min, max));
-  }
-  return value;
+// CLI11 validator form of check_uri().
+CLI::Validator uri_validator(bool allow_port_zero) {
+  return CLI::Validator(
+      [allow_port_zero](std::string& text) -> std::string {
+        try {
+          check_uri("URI", text, allow_port_zero);
+          return "";
+        } catch (const UsageError& e) {
+          return e.what();
+        }
+      },
+      "", "uri");
 }
 
-double parse_positive_double(std::string_view flag, std::string_view text) {
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(value > 0) ||
-      !std::isfinite(value)) {
-    throw UsageError(fmt::format("{}: '{}' is not a positive number", flag, text));
-  }
-  return value;
+CLI::Option* add_on_off(CLI::App& app, const std::string& name, std::function<void(bool)> set,
+                        const std::string& description) {
+  return app
+      .add_option_function<std::string>(
+          name, [set = std::move(set)](const std::string& v) { set(v == "on"); }, description)
+      ->check(CLI::IsMember({"on", "off"}).description(""))
+      ->type_name("on|off");
 }
 
-std::size_t parse_size(std::string_view flag, std::string_view text, std::size_t max) {
-  std::size_t shift = 0;
-  std::string_view digits = text;
-  for (const auto& [suffix, bits] : {std::pair{"KiB", 10}, std::pair{"MiB", 20}, std::pair{"K", 10},
-                                     std::pair{"M", 20}, std::pair{"k", 10}}) {
-    if (digits.ends_with(suffix)) {
-      digits.remove_suffix(std::string_view(suffix).size());
-      shift = static_cast<std::size_t>(bits);
-      break;
-    }
-  }
-  // Range-check the digits first so that the shift cannot overflow.
-  const std::uint64_t n = parse_unsigned(flag, digits, 0, max);
-  if (n > (max >> shift)) {
-    throw UsageError(fmt::format("{}: {} is more than the maximum of {} B", flag, text, max));
-  }
-  return static_cast<std::size_t>(n << shift);
-}
-
-std::vector<std::size_t> parse_sizes(std::string_view flag, std::string_view text,
-                                     std::size_t max) {
-  std::vector<std::size_t> sizes;
-  std::size_t pos = 0;
-  for (;;) {
-    const auto comma = text.find(',', pos);
-    const auto item = text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
-    sizes.push_back(parse_size(flag, item, max));
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  return sizes;
-}
+}  // namespace
 
 void check_uri(std::string_view flag, std::string_view text, bool allow_port_zero) {
   const auto colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
     throw UsageError(fmt::format("{}: '{}' is not of the form HOST:PORT", flag, text));
   }
-  parse_unsigned(flag, text.substr(colon + 1), allow_port_zero ? 0 : 1, 65535);
-}
-
-std::string parse_path(std::string_view flag, std::string_view text) {
-  if (text.empty()) throw UsageError(fmt::format("{}: empty file name", flag));
-  return std::string(text);
-}
-
-std::string format_size(std::size_t bytes) {
-  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
-  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
-  return fmt::format("{} B", bytes);
-}
-
-std::vector<Flag> split_flags(int argc, char** argv, std::span<const std::string_view> valued,
-                              std::span<const std::string_view> switches) {
-  const auto contains = [](std::span<const std::string_view> set, std::string_view name) {
-    return std::find(set.begin(), set.end(), name) != set.end();
-  };
-  std::vector<Flag> flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      flags.push_back({"--help", {}});
-      continue;
-    }
-    if (!arg.starts_with("--")) throw UsageError(fmt::format("unexpected argument '{}'", arg));
-    // Accept both "--flag value" and "--flag=value".
-    Flag flag{arg, {}};
-    std::optional<std::string_view> inline_value;
-    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-      flag.name = arg.substr(0, eq);
-      inline_value = arg.substr(eq + 1);
-    }
-    if (contains(switches, flag.name) && !inline_value) {
-      flags.push_back(flag);
-      continue;
-    }
-    if (!contains(valued, flag.name) && !contains(kEndpointFlags, flag.name)) {
-      throw UsageError(fmt::format("unknown option '{}'", flag.name));
-    }
-    if (inline_value) {
-      flag.value = *inline_value;
-    } else {
-      if (i + 1 >= argc) throw UsageError(fmt::format("option '{}' requires a value", flag.name));
-      flag.value = argv[++i];
-    }
-    flags.push_back(flag);
+  const std::string_view port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  const auto [ptr, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port > 65535 ||
+      (port == 0 && !allow_port_zero)) {
+    throw UsageError(
+        fmt::format("{}: '{}' has no valid port ({}-65535)", flag, text, allow_port_zero ? 0 : 1));
   }
-  return flags;
 }
 
 std::string_view mode_name(Mode mode) {
@@ -135,78 +62,113 @@ std::string_view mode_name(Mode mode) {
   return "both";
 }
 
-bool apply_endpoint_flag(EndpointOptions& ep, const Flag& flag) {
-  const std::string_view value = flag.value;
-  if (flag.name == "--mode") {
-    if (value == "both") {
-      ep.mode = Mode::kBoth;
-    } else if (value == "server") {
-      ep.mode = Mode::kServer;
-    } else if (value == "client") {
-      ep.mode = Mode::kClient;
-    } else {
-      throw UsageError(fmt::format("--mode: '{}' is not one of both, server, client", value));
-    }
-  } else if (flag.name == "--server-uri") {
-    ep.server_uri = std::string(value);  // checked once the mode is known
-  } else if (flag.name == "--client-uri") {
-    check_uri(flag.name, value, /*allow_port_zero=*/true);
-    ep.client_uri = std::string(value);
-  } else if (flag.name == "--transport") {
-    if (value.empty()) throw UsageError("--transport: empty name");
-    ep.transport = std::string(value);
-  } else if (flag.name == "--mtu") {
-    ep.mtu = static_cast<std::size_t>(parse_unsigned(flag.name, value, 0, 65535));
-  } else if (flag.name == "--verbs-device") {
-    if (value.empty()) throw UsageError("--verbs-device: empty name");
-    ep.verbs_device = std::string(value);
-  } else if (flag.name == "--gid-index") {
-    ep.gid_index =
-        value == "auto" ? -1 : static_cast<int>(parse_unsigned(flag.name, value, 0, 65535));
-  } else if (flag.name == "--udp-offload") {
-    if (value != "on" && value != "off") {
-      throw UsageError(fmt::format("--udp-offload: '{}' is not on or off", value));
-    }
-    ep.udp_offload = value == "on";
-  } else if (flag.name == "--verbs-bulk") {
-    if (value == "auto") {
-      ep.verbs_bulk = rpc::VerbsBulk::kAuto;
-    } else if (value == "rc") {
-      ep.verbs_bulk = rpc::VerbsBulk::kRc;
-    } else if (value == "dc") {
-      ep.verbs_bulk = rpc::VerbsBulk::kDc;
-    } else if (value == "off") {
-      ep.verbs_bulk = rpc::VerbsBulk::kOff;
-    } else {
-      throw UsageError(fmt::format("--verbs-bulk: '{}' is not one of auto, rc, dc, off", value));
-    }
-  } else if (flag.name == "--fabric-provider") {
-    if (value.empty()) throw UsageError("--fabric-provider: empty name");
-    ep.fabric_provider = std::string(value);
-  } else if (flag.name == "--sm-timeout-ms") {
-    ep.sm_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
-  } else if (flag.name == "--failure-timeout-ms") {
-    ep.failure_timeout_ms = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 3600000));
-  } else if (flag.name == "--bulk-threshold") {
-    ep.bulk_threshold_bytes =
-        static_cast<std::size_t>(parse_unsigned(flag.name, value, 1, uint64_t{1} << 40));
-  } else if (flag.name == "--credits") {
-    ep.session_credits = static_cast<std::size_t>(parse_unsigned(flag.name, value, 8, 65535));
-  } else if (flag.name == "--cc") {
-    if (value != "on" && value != "off") {
-      throw UsageError(fmt::format("--cc: '{}' is not on or off", value));
-    }
-    ep.congestion_control = value == "on";
-  } else if (flag.name == "--cc-link-gbps") {
-    ep.cc_link_gbps = parse_positive_double(flag.name, value);
-  } else if (flag.name == "--cc-t-low-us") {
-    ep.cc_t_low_us = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 1'000'000));
-  } else if (flag.name == "--cc-t-high-us") {
-    ep.cc_t_high_us = static_cast<uint32_t>(parse_unsigned(flag.name, value, 1, 1'000'000));
-  } else {
-    return false;
+std::string mtu_name(std::size_t mtu) { return mtu == 0 ? "auto" : fmt::format("{}", mtu); }
+
+void configure_app(CLI::App& app) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.option_defaults()->always_capture_default();
+  app.get_formatter()->column_width(30);
+}
+
+void add_endpoint_options(CLI::App& app, EndpointOptions& ep) {
+  const rpc::RpcConfig rc{};
+  const rpc::NexusConfig nc{};
+  CLI::App& g = *app.add_option_group("Endpoint", "Where the server and client run, how they talk");
+  g.add_option("--mode", ep.mode,
+               "both: server + client in this process; server: serve until SIGINT/SIGTERM; "
+               "client: measure against --server-uri")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Mode>{{"both", Mode::kBoth},
+                                                                      {"server", Mode::kServer},
+                                                                      {"client", Mode::kClient}},
+                                          CLI::ignore_case)
+                      .description(""))
+      ->type_name("both|server|client")
+      ->default_str("both");
+  g.add_option_function<std::string>(
+       "--server-uri", [&ep](const std::string& v) { ep.server_uri = v; },
+       "server Nexus URI (required in server and client mode; both mode: 127.0.0.1:0)")
+      ->type_name("HOST:PORT");  // checked once the mode is known
+  g.add_option_function<std::string>(
+       "--client-uri", [&ep](const std::string& v) { ep.client_uri = v; },
+       "client Nexus URI (client mode; default: the local address that routes to the server, "
+       "port 0)")
+      ->check(uri_validator(/*allow_port_zero=*/true))
+      ->type_name("HOST:PORT");
+  g.add_option("--transport", ep.transport, "RpcConfig.transport: udp, verbs, fabric, fake")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? "empty name" : ""; }, "NAME"));
+  g.add_option("--mtu", ep.mtu,
+               "RpcConfig.mtu_bytes (0: the transport's own packet size, udp 1500, fabric shm "
+               "4096); must match the server's")
+      ->check(CLI::Range(0, 65535));
+  g.add_option("--verbs-device", ep.verbs_device,
+               "verbs: the RDMA device (default: the first with an active port)");
+  g.add_option_function<std::string>(
+       "--gid-index",
+       [&ep](const std::string& v) { ep.gid_index = v == "auto" ? -1 : std::stoi(v); },
+       "verbs: the GID index to address the port by (auto: the RoCEv2 GID of the Nexus's IP, "
+       "else one with an address)")
+      ->check((CLI::IsMember({"auto"}) | CLI::Range(0, 65535)).description(""))
+      ->type_name("N|auto")
+      ->default_str("auto");
+  add_on_off(
+      g, "--udp-offload", [&ep](bool on) { ep.udp_offload = on; },
+      "udp: UDP GSO sends and GRO receives where the kernel has them")
+      ->default_str("on");
+  g.add_option("--verbs-bulk", ep.verbs_bulk,
+               "verbs: auto (DC on mlx5 NICs, else RC), rc, dc, off (large messages as "
+               "datagrams)")
+      ->transform(CLI::CheckedTransformer(
+                      std::map<std::string, rpc::VerbsBulk>{{"auto", rpc::VerbsBulk::kAuto},
+                                                            {"rc", rpc::VerbsBulk::kRc},
+                                                            {"dc", rpc::VerbsBulk::kDc},
+                                                            {"off", rpc::VerbsBulk::kOff}})
+                      .description(""))
+      ->type_name("auto|rc|dc|off")
+      ->default_str("auto");
+  g.add_option("--fabric-provider", ep.fabric_provider,
+               "fabric: the libfabric provider (efa, tcp;ofi_rxm, shm; default: the first with "
+               "RDM endpoints)");
+  g.add_option("--sm-timeout-ms", ep.sm_timeout_ms, "NexusConfig.sm_timeout_ms: connect timeout")
+      ->check(CLI::Range(1, 3'600'000))
+      ->default_str(std::to_string(nc.sm_timeout_ms));
+  g.add_option("--failure-timeout-ms", ep.failure_timeout_ms,
+               "NexusConfig.failure_timeout_ms: a silent peer is declared failed after this "
+               "long; raise it where a busy-polling peer may not get a CPU for a while")
+      ->check(CLI::Range(1, 3'600'000))
+      ->default_str(std::to_string(nc.failure_timeout_ms));
+  measure::add_size_option(g, "--bulk-threshold", ep.bulk_threshold_bytes,
+                           "RpcConfig.bulk_threshold_bytes: larger messages go by one-sided read "
+                           "where the transport has it (a huge value keeps every message on "
+                           "datagrams)",
+                           1, std::uint64_t{1} << 40)
+      ->default_str(std::to_string(rc.bulk_threshold_bytes));
+  g.add_option("--credits", ep.session_credits,
+               "RpcConfig.session_credits: packets in flight per session (a session gets the "
+               "smaller of both ends')")
+      ->check(CLI::Range(8, 65535))
+      ->default_str(std::to_string(rc.session_credits));
+  add_on_off(
+      g, "--cc", [&ep](bool on) { ep.congestion_control = on; },
+      "RpcConfig.congestion_control: Timely rate control and pacing of a client's sessions")
+      ->default_str(rc.congestion_control ? "on" : "off");
+  g.add_option("--cc-link-gbps", ep.cc_link_gbps, "RpcConfig.cc_link_gbps: the full rate")
+      ->check(measure::positive_double())
+      ->default_str(fmt::format("{}", rc.cc_link_gbps));
+  g.add_option("--cc-t-low-us", ep.cc_t_low_us,
+               "RpcConfig.cc_t_low_us: Timely's low threshold above a session's base RTT")
+      ->check(CLI::Range(1, 1'000'000))
+      ->default_str(std::to_string(rc.cc_t_low_us));
+  g.add_option("--cc-t-high-us", ep.cc_t_high_us,
+               "RpcConfig.cc_t_high_us: Timely's high threshold above a session's base RTT")
+      ->check(CLI::Range(1, 1'000'000))
+      ->default_str(std::to_string(rc.cc_t_high_us));
+}
+
+bool any_given(const CLI::App& group) {
+  for (const CLI::Option* opt : group.get_options()) {
+    if (opt->count() > 0 && opt->get_name() != "--help") return true;
   }
-  return true;
+  return false;
 }
 
 void check_endpoint_options(const EndpointOptions& ep, bool client_flag_given,
@@ -227,47 +189,6 @@ void check_endpoint_options(const EndpointOptions& ep, bool client_flag_given,
     // A server may bind port 0 (it prints the real one); a client must name it.
     check_uri("--server-uri", *ep.server_uri, /*allow_port_zero=*/ep.mode != Mode::kClient);
   }
-}
-
-std::string mtu_name(std::size_t mtu) { return mtu == 0 ? "auto" : fmt::format("{}", mtu); }
-
-std::string endpoint_usage() {
-  return fmt::format(
-      "  --server-uri H:P     server Nexus URI (required for server/client mode;\n"
-      "                       both mode default 127.0.0.1:0)\n"
-      "  --client-uri H:P     client Nexus URI (client mode; default: the local address\n"
-      "                       that routes to the server, port 0)\n"
-      "  --transport NAME     RpcConfig.transport (default udp)\n"
-      "  --mtu BYTES          RpcConfig.mtu_bytes (default 0: the transport's own packet\n"
-      "                       size, udp 1500, fabric shm 4096); must match the server's\n"
-      "  --verbs-device NAME  verbs: the RDMA device (default: first with an active port)\n"
-      "  --gid-index N|auto   verbs: the GID index to address the port by (default auto:\n"
-      "                       the RoCEv2 GID of the Nexus's IP, else one with an address)\n"
-      "  --udp-offload on|off udp: UDP GSO sends and GRO receives where the kernel has\n"
-      "                       them (default on)\n"
-      "  --verbs-bulk MODE    verbs: auto (DC on mlx5 NICs, else RC), rc, dc, off\n"
-      "                       (large messages as datagrams); default auto\n"
-      "  --fabric-provider P  fabric: the libfabric provider (efa, tcp;ofi_rxm, shm;\n"
-      "                       default: the first with RDM endpoints)\n"
-      "  --sm-timeout-ms N    NexusConfig.sm_timeout_ms: connect timeout (default 1000)\n"
-      "  --failure-timeout-ms N\n"
-      "                       NexusConfig.failure_timeout_ms: a silent peer is declared\n"
-      "                       failed after this long (default 1000); raise it where a\n"
-      "                       busy-polling peer may not get a CPU for a while\n"
-      "  --bulk-threshold BYTES\n"
-      "                       RpcConfig.bulk_threshold_bytes: larger messages go by\n"
-      "                       one-sided read where the transport has it (default 16384;\n"
-      "                       a huge value keeps every message on datagrams)\n"
-      "  --credits N          RpcConfig.session_credits: packets in flight per session\n"
-      "                       (default {}; a session gets the smaller of both ends')\n"
-      "  --cc on|off          RpcConfig.congestion_control: Timely rate control and\n"
-      "                       pacing of a client's sessions (default {})\n"
-      "  --cc-link-gbps X     RpcConfig.cc_link_gbps: the full rate (default {})\n"
-      "  --cc-t-low-us N, --cc-t-high-us N\n"
-      "                       RpcConfig.cc_t_low_us, cc_t_high_us: Timely's thresholds\n"
-      "                       above a session's base RTT (default {}, {})\n",
-      rpc::RpcConfig{}.session_credits, rpc::RpcConfig{}.congestion_control ? "on" : "off",
-      rpc::RpcConfig{}.cc_link_gbps, rpc::RpcConfig{}.cc_t_low_us, rpc::RpcConfig{}.cc_t_high_us);
 }
 
 }  // namespace bench

@@ -45,17 +45,6 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id, Connect
   return config;
 }
 
-JsonObject transport_json(const EndpointOptions& ep) {
-  JsonObject o;
-  o.add_uint("session_credits",
-             ep.session_credits != 0 ? ep.session_credits : rpc::RpcConfig{}.session_credits);
-  const bool cc = ep.congestion_control.value_or(rpc::RpcConfig{}.congestion_control);
-  o.add_raw("congestion_control", cc ? "true" : "false");
-  if (ep.transport == "udp") o.add_raw("udp_offload", ep.udp_offload ? "true" : "false");
-  if (ep.transport == "fabric") o.add_string("fabric_provider", ep.fabric_provider);
-  return o;
-}
-
 void print_transport_choice(const rpc::Rpc& rpc) {
   static std::atomic<bool> printed{false};
   const std::string provider = rpc.transport_provider();

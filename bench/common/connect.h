@@ -7,7 +7,6 @@
 #include <string>
 
 #include "common/args.h"
-#include "common/json.h"
 #include "librpc/rpc_all.h"
 
 namespace bench {
@@ -34,13 +33,6 @@ rpc::RpcConfig make_rpc_config(const EndpointOptions& ep, rpc::RpcId id,
 // that GID; fabric: the provider) to stdout, for the first Rpc of the
 // process only; nothing on udp. Any thread.
 void print_transport_choice(const rpc::Rpc& rpc);
-
-// The transport settings a result file needs besides "transport", for
-// bench/compare/SCHEMA.md: "session_credits", "congestion_control"
-// (true/false), "udp_offload" (true/false) on udp, the asked
-// "fabric_provider" ("" for libfabric's first RDM provider) on fabric;
-// nothing on other transports.
-JsonObject transport_json(const EndpointOptions& ep);
 
 // The local IPv4 address the kernel would use to reach server_uri's host
 // (a connected UDP socket sends nothing): librpc needs a concrete address,

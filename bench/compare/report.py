@@ -79,7 +79,7 @@ COLORS = {"librpc": "tab:blue", "raw_udp": "tab:gray", "grpc_sync": "tab:red",
 
 # The main number of each workload: what repetitions are compared and
 # summarised by.
-PRIMARY = {"latency": "p50_us", "rate": "rps", "goodput": "gbps", "cpu": "instructions_per_rpc"}
+PRIMARY = {"latency": "rtt_p50_us", "rate": "rps", "goodput": "gbps", "cpu": "instructions_per_rpc"}
 
 # Rows the report expects, so that a missing one shows as failed / not run:
 # (role, step id, system, transport, aliases of the transport).
@@ -114,11 +114,19 @@ class Series:
         transport = doc.get("transport") or default_transport(self.system)
         self.setup = doc.get("setup", "")
         self.error = doc.get("error")
+        # Schema 2 (SCHEMA.md): "run" metadata, the settings in "config",
+        # the programs' "warnings"; schema-1 files had the settings at the
+        # top level and none of the rest.
+        self.schema = doc.get("schema_version", 1)
+        self.run = doc.get("run") or {}
+        self.warnings = list(doc.get("warnings") or [])
+        settings = {**doc, **(doc.get("config") or {})}
         if "results" in doc:
             self.results = list(doc["results"] or [])
         else:  # a flat object: one point with the fields at the top level
             self.results = [{k: v for k, v in doc.items()
                              if k not in ("system", "transport", "workload", "setup")}]
+        self.results = [upgrade_point(p) for p in self.results]
         self.workload = doc.get("workload") or infer_workload(self.results) or step["workload"]
         if self.system == "?" and self.workload == "cpu":
             self.system = "librpc"  # scripts/cpu_cost.sh measures librpc only
@@ -127,7 +135,7 @@ class Series:
         self.kind = "sweep" if step["role"] == "sweep" else \
             "soak" if step["role"] == "soak" else \
             "lat32" if self.workload == "latency" else self.workload
-        self.transport = transport_label(self.system, transport, doc, self.results, self.kind)
+        self.transport = transport_label(self.system, transport, settings, self.results, self.kind)
         self.members = [self]  # the repetitions merged into this one (merge_repetitions)
 
     @property
@@ -162,6 +170,29 @@ def transport_label(system, transport, doc, results, kind):
     return UDP_GSO
 
 
+# Schema 1's latency fields and their schema-2 names (round trips: rtt_*).
+SCHEMA1_LATENCY = {"p50_us": "rtt_p50_us", "p90_us": "rtt_p90_us", "p99_us": "rtt_p99_us",
+                   "p999_us": "rtt_p999_us", "max_us": "rtt_max_us", "min_us": "rtt_min_us",
+                   "mean_us": "rtt_mean_us"}
+
+
+def upgrade_point(p):
+    """A result point with schema 2's names: schema 1's p50_us ... become
+    rtt_p50_us ..., and its samples_us (a sorted sample of at most 1000
+    round trips) becomes rtt_cdf, [value_us, quantile] pairs."""
+    if not isinstance(p, dict):
+        return p
+    p = dict(p)
+    for old, new in SCHEMA1_LATENCY.items():
+        if old in p and new not in p:
+            p[new] = p.pop(old)
+    samples = p.pop("samples_us", None)
+    if samples and "rtt_cdf" not in p:
+        samples = sorted(samples)
+        p["rtt_cdf"] = [[v, (i + 1) / len(samples)] for i, v in enumerate(samples)]
+    return p
+
+
 def normalise_system(system):
     return "raw_udp" if system.startswith("raw_udp") else system
 
@@ -175,7 +206,7 @@ def infer_workload(results):
     if not results:
         return None
     keys = results[0].keys()
-    if "p50_us" in keys:
+    if "rtt_p50_us" in keys:
         return "latency"
     if "rps" in keys:
         return "rate"
@@ -244,7 +275,7 @@ def point_key(p):
 def merge_repetitions(series):
     """One Series per (kind, system, transport): the points of its
     repetitions merged by size and window. A merged point's numbers are the
-    medians over the repetitions; its other fields (samples_us, flags) come
+    medians over the repetitions; its other fields (rtt_cdf, flags) come
     from the repetition whose main number is the median (the lower one of
     two); "_reps" lists every repetition's point with its step."""
     groups = {}
@@ -420,7 +451,7 @@ def md_table(header, rows):
 
 def lat32_p50(series, system, transport=None):
     s = first(series, "lat32", system, transport)
-    return (p50_at(s.results, 32) or s.results[0]).get("p50_us") if s else None
+    return (p50_at(s.results, 32) or s.results[0]).get("rtt_p50_us") if s else None
 
 
 def latency_rows(steps, series):
@@ -443,18 +474,33 @@ def latency_rows(steps, series):
 
 def latency_row(series, s):
     p = p50_at(s.results, 32) or s.results[0]
-    if s.system == "fi_pingpong":  # reports a mean only; its wrapper stores it as p50_us
-        text = f"mean {fmt_us(p.get('p50_us'))} (no percentiles)"
+    if s.system == "fi_pingpong":  # reports a mean only; its wrapper stores it as rtt_p50_us
+        text = f"mean {fmt_us(p.get('rtt_p50_us'))} (no percentiles)"
     else:
-        text = f"p50 {fmt_us(p.get('p50_us'))}"
-        if p.get("p99_us") is not None:
-            text += f", p99 {fmt_us(p.get('p99_us'))}"
+        text = f"rtt p50 {fmt_us(p.get('rtt_p50_us'))}{spread_text(p, 'rtt_p50_us', fmt_us)}"
+        if p.get("rtt_p99_us") is not None:
+            text += f", rtt p99 {fmt_us(p.get('rtt_p99_us'))}"
     ref_system, ref_transport, ref_what = LATENCY_REFERENCE.get(
         (s.system, s.transport), ("raw_udp", None, "raw UDP p50"))
     limit = "1.00× (the limit)" if s.system == "raw_udp" else \
-        fmt_ratio(ratio(p.get("p50_us"), lat32_p50(series, ref_system, ref_transport)), ref_what)
+        fmt_ratio(ratio(p.get("rtt_p50_us"), lat32_p50(series, ref_system, ref_transport)), ref_what)
     return [s.name, s.transport, "latency", f"{fmt_size(p.get('size', 32))}, 1 outstanding",
             text + reps_note(p), limit]
+
+
+def rep_values(p, key):
+    """The values of `key` in each repetition merged into point p."""
+    return [r["point"][key] for r in p.get("_reps") or []
+            if isinstance(r.get("point"), dict) and is_number(r["point"].get(key))]
+
+
+def spread_text(p, key, fmt):
+    """" (runs 9.8–11.0 µs)": the lowest and highest of the repetitions,
+    so that a median of a few runs shows how far they were apart."""
+    values = rep_values(p, key)
+    if len(values) < 2:
+        return ""
+    return f" (runs {fmt(min(values))}–{fmt(max(values))})"
 
 
 def reps_note(p):
@@ -595,15 +641,15 @@ def targets(steps, series):
     lat = lambda system, transport=None: lat32_point(series, system, transport)
     gp = lambda system, transport: goodput_at(series, system, transport)
     rows = [ratio_target(f"librpc udp p50 latency ≤ {LATENCY_TARGET} × raw UDP p50 (32 B)",
-                         lat("librpc", "udp"), lat("raw_udp"), "p50_us", fmt_us, LATENCY_TARGET,
+                         lat("librpc", "udp"), lat("raw_udp"), "rtt_p50_us", fmt_us, LATENCY_TARGET,
                          at_most=True, steps=steps, step_ids=("a2", "a1")),
             ratio_target(f"librpc udp p50 latency ≤ {SOCKPERF_LATENCY} × sockperf ping-pong p50 "
                          "(32 B, UDP, busy-poll)",
-                         lat("librpc", "udp"), lat("sockperf", "udp"), "p50_us", fmt_us,
+                         lat("librpc", "udp"), lat("sockperf", "udp"), "rtt_p50_us", fmt_us,
                          SOCKPERF_LATENCY, at_most=True, steps=steps, step_ids=("a2", "a8")),
             ratio_target(f"librpc fabric shm p50 latency ≤ {FI_SHM_LATENCY} × fi_pingpong -p shm "
                          "round trip (32 B; fi_pingpong's is a mean)",
-                         lat("librpc", "fabric shm"), lat("fi_pingpong", "shm"), "p50_us", fmt_us,
+                         lat("librpc", "fabric shm"), lat("fi_pingpong", "shm"), "rtt_p50_us", fmt_us,
                          FI_SHM_LATENCY, at_most=True, steps=steps, step_ids=("a9", "a4"))]
     rows += rate_targets(steps, series)
     rows.append(ratio_target(f"librpc 8 MiB goodput over udp ≥ {GOODPUT_TARGET} × raw UDP stream "
@@ -772,7 +818,18 @@ def pow2_formatter():
     return FuncFormatter(lambda v, _: fmt_size(v) if v >= 1 else f"{v:g}")
 
 
+def cdf_points(p):
+    """(values_us, quantiles) of a point's rtt_cdf, or of its percentiles
+    when it has none (marked by the caller)."""
+    cdf = p.get("rtt_cdf") or []
+    pts = [(float(v), float(q)) for v, q in cdf if is_number(v) and is_number(q)]
+    return [v for v, _ in pts], [q for _, q in pts]
+
+
 def plot_latency_cdf(series, path):
+    """The 32 B round-trip CDF and its tail (1 - CDF, log) down to 1e-5, so
+    that p99.99 is on the plot. Every repetition is drawn thin; the one whose
+    p50 is the median, thick."""
     curves = []
     for system, transport in (("librpc", "udp"), ("raw_udp", None), ("sockperf", None),
                               ("librpc", "fabric shm"), ("grpc_sync", None)):
@@ -782,23 +839,37 @@ def plot_latency_cdf(series, path):
     if not curves:
         return "no 32 B latency results"
     fig, (ax, tail) = plt.subplots(1, 2, figsize=(11, 4.2))
+    lowest_tail = 1.0
     for s in curves:
         p = p50_at(s.results, 32) or s.results[0]
         color = "tab:cyan" if s.transport.startswith("fabric") else COLORS.get(s.system)
         label = f"{s.name} ({s.transport})"
-        samples = sorted(p.get("samples_us") or [])
-        if samples:
-            n = len(samples)
-            ys = [(i + 0.5) / n for i in range(n)]
-            ax.step(samples, ys, where="post", color=color, label=label)
-            tail.step(samples, [1 - y for y in ys], where="post", color=color, label=label)
+        xs, ys = cdf_points(p)
+        if xs:
+            for r in p.get("_reps") or []:
+                rx, ry = cdf_points(r.get("point") or {})
+                if rx and r.get("point") is not p and len(p.get("_reps")) > 1:
+                    ax.step(rx, ry, where="post", color=color, alpha=0.3, linewidth=0.8)
+                    tx = [(x, 1 - y) for x, y in zip(rx, ry) if y < 1]
+                    tail.step([x for x, _ in tx], [y for _, y in tx], where="post", color=color,
+                              alpha=0.3, linewidth=0.8)
+            n_reps = len(rep_values(p, "rtt_p50_us"))
+            if n_reps > 1:
+                label += f", {n_reps} runs"
+            ax.step(xs, ys, where="post", color=color, label=label)
+            tx = [(x, 1 - y) for x, y in zip(xs, ys) if y < 1]
+            tail.step([x for x, _ in tx], [y for _, y in tx], where="post", color=color,
+                      label=label)
+            lowest_tail = min([lowest_tail] + [y for _, y in tx if y > 0])
         else:
-            qs = [(q, p.get(k)) for q, k in ((0.5, "p50_us"), (0.9, "p90_us"), (0.99, "p99_us"),
-                                              (0.999, "p999_us")) if p.get(k) is not None]
+            qs = [(q, p.get(k)) for q, k in ((0.5, "rtt_p50_us"), (0.9, "rtt_p90_us"),
+                                              (0.99, "rtt_p99_us"), (0.999, "rtt_p999_us"),
+                                              (0.9999, "rtt_p9999_us")) if p.get(k) is not None]
             xs, ys = [x for _, x in qs], [q for q, _ in qs]
             label += " (percentiles)"
             ax.plot(xs, ys, "o--", color=color, label=label)
             tail.plot(xs, [1 - y for y in ys], "o--", color=color, label=label)
+            lowest_tail = min([lowest_tail] + [1 - y for y in ys if y < 1])
     for a in (ax, tail):
         a.set_xscale("log")
         a.set_xlabel("round-trip time (µs, log)")
@@ -808,9 +879,13 @@ def plot_latency_cdf(series, path):
     ax.set_ylim(0, 1.01)
     ax.set_title("32 B round-trip latency, CDF")
     tail.set_yscale("log")
-    tail.set_ylim(5e-4, 1)
+    tail.set_ylim(min(5e-6, lowest_tail / 2), 1)
+    for q, name in ((1e-2, "p99"), (1e-3, "p99.9"), (1e-4, "p99.99")):
+        tail.axhline(q, color="gray", linewidth=0.6, linestyle=":")
+        tail.annotate(name, (1, q), xycoords=("axes fraction", "data"), xytext=(-30, 2),
+                      textcoords="offset points", fontsize=7, color="gray")
     tail.set_ylabel("fraction of round trips > x (log)")
-    tail.set_title("tail (1 − CDF)")
+    tail.set_title("tail (1 − CDF), to p99.99 and beyond")
     ax.legend(fontsize=8, loc="lower right")
     save(fig, path)
     return None
@@ -829,6 +904,13 @@ def plot_rate(series, path):
         ws = sorted(lines[system])
         ys = [lines[system][w] for w in ws]
         ax.plot(ws, ys, style, color=COLORS.get(system), label=NAMES[system])
+        # The spread of the repetitions: a bar from the lowest to the highest.
+        points = by_window(find(series, "rate", system))
+        for w in ws:
+            values = rep_values(points[w], "rps")
+            if len(values) > 1:
+                ax.vlines(w, min(values), max(values), color=COLORS.get(system), alpha=0.5,
+                          linewidth=3)
         for w, y in zip(ws, ys):
             # A value with a higher one close above it is labelled below its
             # point, so labels of nearly equal rates do not overlap.
@@ -916,9 +998,15 @@ def plot_latency_size(series, path):
         if not pts:
             continue
         xs = [sweep_size(p) for p in pts]
-        ax.plot(xs, [p.get("p50_us") for p in pts], marker + "-", color=color, label=f"{name} p50")
-        ax.plot(xs, [p.get("p99_us") for p in pts], marker + ":", color=color, alpha=0.6,
-                label=f"{name} p99")
+        ax.plot(xs, [p.get("rtt_p50_us") for p in pts], marker + "-", color=color,
+                label=f"{name} rtt p50")
+        spreads = [rep_values(p, "rtt_p50_us") for p in pts]
+        if any(len(v) > 1 for v in spreads):
+            ax.fill_between(xs, [min(v) if v else p.get("rtt_p50_us") for v, p in zip(spreads, pts)],
+                            [max(v) if v else p.get("rtt_p50_us") for v, p in zip(spreads, pts)],
+                            color=color, alpha=0.2, label=f"{name} rtt p50, lowest–highest run")
+        ax.plot(xs, [p.get("rtt_p99_us") for p in pts], marker + ":", color=color, alpha=0.6,
+                label=f"{name} rtt p99")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(pow2_formatter())
@@ -952,10 +1040,25 @@ def latency_detail(series):
             continue
         for p in s.results:
             rows.append([s.name, s.transport, fmt_size(p.get("size", 0)), p.get("iters", "—"),
-                         *(fmt_us(p.get(k)) for k in ("p50_us", "p90_us", "p99_us", "p999_us",
-                                                      "max_us"))])
-    return md_table(["System", "Transport", "Size", "Iterations", "p50", "p90", "p99", "p99.9", "max"],
+                         *(fmt_us(p.get(k)) for k in ("rtt_p50_us", "rtt_p90_us", "rtt_p99_us",
+                                                      "rtt_p999_us", "rtt_p9999_us",
+                                                      "rtt_max_us")),
+                         spread_text(p, "rtt_p50_us", fmt_us).strip(" ()") or "—"])
+    return md_table(["System", "Transport", "Size", "Iterations", "rtt p50", "rtt p90",
+                     "rtt p99", "rtt p99.9", "rtt p99.99", "rtt max", "rtt p50 of each run"],
                     rows) if rows else "_No results._"
+
+
+def warnings_detail(series):
+    """The warnings the programs wrote into their files (schema 2), by run."""
+    lines = []
+    for s in series:
+        for m in s.members:
+            if m.warnings:
+                label = m.step.get("label") or m.step.get("id", "")
+                rep = f", repetition {m.step['rep']}" if m.step.get("rep") else ""
+                lines.append(f"- {m.name} ({m.transport}), {label}{rep}: " + "; ".join(m.warnings))
+    return "\n".join(lines) if lines else "_No warnings (or only schema-1 files, which had none)._"
 
 
 def sweep_detail(series):
@@ -966,11 +1069,11 @@ def sweep_detail(series):
     rows = []
     for size in sorted(set(lib) | set(raw)):
         lp, rp = lib.get(size, {}), raw.get(size, {})
-        rows.append([fmt_size(size), fmt_us(lp.get("p50_us")), fmt_us(lp.get("p99_us")),
-                     fmt_us(rp.get("p50_us")), fmt_us(rp.get("p99_us")),
-                     fmt_ratio(ratio(lp.get("p50_us"), rp.get("p50_us")))])
-    return md_table(["Size", "librpc p50", "librpc p99", "raw UDP p50", "raw UDP p99",
-                     "librpc / raw p50"], rows)
+        rows.append([fmt_size(size), fmt_us(lp.get("rtt_p50_us")), fmt_us(lp.get("rtt_p99_us")),
+                     fmt_us(rp.get("rtt_p50_us")), fmt_us(rp.get("rtt_p99_us")),
+                     fmt_ratio(ratio(lp.get("rtt_p50_us"), rp.get("rtt_p50_us")))])
+    return md_table(["Size", "librpc rtt p50", "librpc rtt p99", "raw UDP rtt p50",
+                     "raw UDP rtt p99", "librpc / raw p50"], rows)
 
 
 def sweep_size(p):
@@ -1109,6 +1212,40 @@ def sections_text():
     return parts
 
 
+# The page's "Conventions" section: how to read every number on it.
+CONVENTIONS = """## Conventions
+
+- **Round trips, not one-way.** Every latency on this page is a round trip:
+  request sent to response received, at the client. Result fields and
+  column headers say so (`rtt_p50_us`, "rtt p50"). perftest
+  (`ib_send_lat`), ucx_perftest and fabtests report one-way latency, half a
+  round trip; their wrappers here double it.
+- **Percentiles.** librpc's programs and the baselines record every round
+  trip into a log-linear histogram (`tools/measure/histogram.h`: exact below
+  256 ns, 128 linear sub-buckets per power of two above): a percentile is
+  within 0.4% of the sample of its rank, min, max and mean are exact, and
+  p99.9 and p99.99 are real percentiles, not extrapolations (p99.99 needs
+  10,000 round trips or more to mean anything).
+- **Files.** With `--json FILE` a program writes a schema-2 result file
+  (`schema_version`, `system`, `transport`, `workload`, `setup`, `run`:
+  git revision, host, kernel, CPUs, load average at start and end, command;
+  `config`: the effective settings; `warnings`; `results`), with `--csv
+  FILE` one row per result, the same field names.
+  [bench/compare/SCHEMA.md](../bench/compare/SCHEMA.md) lists every field.
+  Tables recorded before schema 2 (issue 14) use the old names, `p50_us`,
+  `p99_us`, ... for the same round trips, and have no p99.99.
+- **Warnings.** A program prints `  warning: ...` under numbers it does not
+  trust, and lists them in the file's `warnings`: the machine was busy (load
+  average above the CPUs the run leaves to others), the process was
+  descheduled (involuntary context switches while it busy-polled), the
+  client retransmitted (the tail includes RTO waits), or the largest sample
+  is more than 1 ms above p99 (a preemption or a loss). Numbers with
+  warnings are measurements of this machine at that moment, not of librpc
+  alone.
+
+"""
+
+
 def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots):
     rel_png = os.path.relpath(png_dir, os.path.dirname(md_path))
     rel_results = os.path.relpath(results_dir, ROOT)
@@ -1146,6 +1283,7 @@ def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots)
                   ". Every program here busy-polls both cores, so those numbers are lower and "
                   "noisier than on a quiet machine.", ""]
     loads = [float(st["load1"]) for st in measured if is_float(st.get("load1"))]
+    parts += [CONVENTIONS]
     parts += ["## Machine", "",
               f"- CPU: {machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
               f"- Kernel: {machine.get('kernel', '?')}" +
@@ -1194,6 +1332,10 @@ def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots)
               "_No repetitions in this run._", "",
               "Each repeated measurement, with the load average and CPU busy share just before "
               "its step:", "", repetitions_detail(series), "",
+              "### Warnings the programs raised", "",
+              "Each program checks its own run (docs/benchmarks.md, \"Conventions\"): "
+              "load, being descheduled, retransmissions, a largest sample far above p99.", "",
+              warnings_detail(series), "",
               "### Setups, as each program reported them", "", setups(series), ""]
     parts += ["## How this was produced", "", "### Steps", "", steps_table(steps), "",
               "### Commands, exactly as run (from the repository root)", "", "```",

@@ -10,6 +10,10 @@
 // sendmmsg, so every loop iteration does work; there is no idle polling.
 #include <librpc/rpc_all.h>
 
+#include <string>
+
+#include "cli.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,21 +66,24 @@ rpc::Task<void> send_with_coroutine(rpc::Rpc& rpc, State& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long n = argc > 1 ? std::atol(argv[1]) : 10000;
-  const size_t size = argc > 2 ? static_cast<size_t>(std::atol(argv[2])) : 32;
-  const bool offload = argc <= 3 || std::strcmp(argv[3], "off") != 0;  // RpcConfig::udp_offload
-  // RpcConfig::congestion_control: its default unless "on" or "off"
-  bool cc = rpc::RpcConfig{}.congestion_control;
-  if (argc > 4 && std::strcmp(argv[4], "default") != 0) cc = std::strcmp(argv[4], "on") == 0;
-  const char* api = argc > 5 ? argv[5] : "fnptr";
-  const bool api_ok = std::strcmp(api, "fnptr") == 0 || std::strcmp(api, "closure") == 0 ||
-                      std::strcmp(api, "coro") == 0;
-  if (n <= 0 || !api_ok) {
-    std::fprintf(stderr,
-                 "usage: cpu_cost [NUM_RPCS] [SIZE_BYTES] [on|off (udp offload)] "
-                 "[on|off|default (congestion control)] [fnptr|closure|coro (client API)]\n");
-    return 2;
-  }
+  // Positional, in this order (scripts/cpu_cost.sh passes all five).
+  long n = 10000;
+  size_t size = 32;
+  std::string offload_arg = "on";  // RpcConfig::udp_offload
+  std::string cc_arg = "default";  // RpcConfig::congestion_control: its default unless on/off
+  std::string api = "fnptr";
+  CLI::App app("Echo RPCs through one client API, for callgrind (scripts/cpu_cost.sh)", "cpu_cost");
+  app.option_defaults()->always_capture_default();
+  app.add_option("num_rpcs", n, "RPCs to run")->check(CLI::Range(1L, 1L << 40));
+  app.add_option("size_bytes", size, "request and response size")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 24));
+  app.add_option("udp_offload", offload_arg, "udp offload")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("congestion_control", cc_arg, "congestion control")
+      ->check(CLI::IsMember({"on", "off", "default"}));
+  app.add_option("api", api, "client API")->check(CLI::IsMember({"fnptr", "closure", "coro"}));
+  if (const auto status = measure::parse_command_line(app, argc, argv)) return *status;
+  const bool offload = offload_arg == "on";
+  const bool cc = cc_arg == "default" ? rpc::RpcConfig{}.congestion_control : cc_arg == "on";
   rpc::Nexus nexus({.uri = "127.0.0.1:0", .num_bg_threads = 0});
   if (!nexus.register_handler(kEcho, echo)) return 1;
   rpc::Rpc server(nexus, {.rpc_id = 1, .udp_offload = offload, .congestion_control = cc});
@@ -96,9 +103,9 @@ int main(int argc, char** argv) {
   s.resp = client.alloc_msg_buffer(size);
   std::memset(s.req.data(), 'x', size);
   s.remaining = n;
-  if (std::strcmp(api, "closure") == 0) {
+  if (api == "closure") {
     send_with_closure(client, s);
-  } else if (std::strcmp(api, "coro") == 0) {
+  } else if (api == "coro") {
     client.spawn(send_with_coroutine(client, s));
   } else {
     (void)client.enqueue_request(s.sn, kEcho, s.req, s.resp, on_done, &s);
@@ -110,7 +117,7 @@ int main(int argc, char** argv) {
   std::printf(
       "cpu_cost: %ld RPCs of %zu B via %s, %ld failed, client retransmissions %lu, congestion "
       "control %s\n",
-      n, size, api, s.failed, static_cast<unsigned long>(client.stats().retransmissions),
+      n, size, api.c_str(), s.failed, static_cast<unsigned long>(client.stats().retransmissions),
       cc ? "on" : "off");
   return s.failed == 0 ? 0 : 1;
 }

@@ -6,7 +6,7 @@
 // verbs with mw_cost (same folder) instead.
 //
 //   expose_cost [--transport fabric|verbs|fake] [--fabric-provider P]
-//               [--sizes 64K,1M,8M] [--iters N]
+//               [--sizes 64K,1M,8M] [--iters N]   (--help lists them)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,22 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "transport/transport.h"
 
 using namespace rpc;
 using namespace rpc::detail;
 
 namespace {
-
-size_t parse_size(const std::string& s) {
-  size_t mult = 1;
-  std::string digits = s;
-  if (!s.empty() && (s.back() == 'K' || s.back() == 'M')) {
-    mult = s.back() == 'K' ? size_t{1} << 10 : size_t{1} << 20;
-    digits.pop_back();
-  }
-  return std::stoul(digits) * mult;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -51,33 +42,18 @@ int main(int argc, char** argv) {
   RpcConfig config{.transport = "fabric", .fabric_provider = "tcp;ofi_rxm"};
   std::vector<size_t> sizes{size_t{64} << 10, size_t{1} << 20, size_t{8} << 20};
   int iters = 200;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--transport" && has_value) {
-      config.transport = argv[++i];
-    } else if (a == "--fabric-provider" && has_value) {
-      config.fabric_provider = argv[++i];
-    } else if (a == "--iters" && has_value) {
-      iters = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--sizes" && has_value) {
-      sizes.clear();
-      std::string list = argv[++i];
-      size_t pos = 0;
-      while (pos <= list.size()) {
-        const size_t comma = std::min(list.find(',', pos), list.size());
-        sizes.push_back(parse_size(list.substr(pos, comma - pos)));
-        pos = comma + 1;
-      }
-    } else {
-      fmt::print(
-          "usage: expose_cost [--transport fabric|verbs|fake] [--fabric-provider P]\n"
-          "                   [--sizes 64K,1M,8M] [--iters N]\n"
-          "Times Transport::expose_for_read + revoke_exposure (the bulk security\n"
-          "model's cost per transfer) next to register_memory + deregister_memory.\n");
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  CLI::App app(
+      "Times Transport::expose_for_read + revoke_exposure (the bulk security model's cost per "
+      "transfer) next to register_memory + deregister_memory",
+      "expose_cost");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--transport", config.transport, "fabric, verbs or fake");
+  app.add_option("--fabric-provider", config.fabric_provider, "fabric: the libfabric provider");
+  measure::add_sizes_option(app, "--sizes", sizes, "payload sizes, K/M suffixes allowed", 1,
+                            size_t{1} << 30)
+      ->default_str("64K,1M,8M");
+  app.add_option("--iters", iters, "rounds per size")->check(CLI::Range(1, 1 << 30));
+  if (const auto status = measure::parse_command_line(app, argc, argv)) return *status;
   auto transport = make_transport(config, "127.0.0.1");
   if (!transport) {
     fmt::print(stderr, "expose_cost: {}\n", transport.error());

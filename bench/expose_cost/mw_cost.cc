@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <infiniband/verbs.h>
 
-#include "common/args.h"
+#include "cli.h"
 
 #include <algorithm>
 #include <chrono>
@@ -139,30 +139,19 @@ int main(int argc, char** argv) {
   Device d;
   std::vector<size_t> sizes{size_t{64} << 10, size_t{1} << 20, size_t{8} << 20};
   int iters = 200;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--device" && has_value) {
-      device_name = argv[++i];
-    } else if (a == "--gid-index" && has_value) {
-      d.gid_index = std::atoi(argv[++i]);
-    } else if (a == "--iters" && has_value) {
-      iters = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--sizes" && has_value) {
-      try {
-        sizes = bench::parse_sizes("--sizes", argv[++i], size_t{1} << 30);
-      } catch (const bench::UsageError& e) {
-        fmt::print(stderr, "mw_cost: {}\n", e.what());
-        return 2;
-      }
-    } else {
-      fmt::print(
-          "usage: mw_cost [--device NAME] [--gid-index N] [--sizes 64K,1M,8M] [--iters N]\n"
-          "Times exposing a payload for RDMA READ per transfer: a registration of\n"
-          "its own vs a type-2 memory window bound (and invalidated) on an RC QP.\n");
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  CLI::App app(
+      "Times exposing a payload for RDMA READ per transfer: a registration of its own vs a "
+      "type-2 memory window bound (and invalidated) on an RC QP",
+      "mw_cost");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--device", device_name, "the RDMA device (default: the first)");
+  app.add_option("--gid-index", d.gid_index, "the GID index of port 1")
+      ->check(CLI::Range(0, 65535));
+  measure::add_sizes_option(app, "--sizes", sizes, "payload sizes, K/M suffixes allowed", 1,
+                            size_t{1} << 30)
+      ->default_str("64K,1M,8M");
+  app.add_option("--iters", iters, "rounds per size")->check(CLI::Range(1, 1 << 30));
+  if (const auto status = measure::parse_command_line(app, argc, argv)) return *status;
   int num_devices = 0;
   ibv_device** list = ibv_get_device_list(&num_devices);
   for (int i = 0; list != nullptr && i < num_devices && d.ctx == nullptr; i++) {

@@ -9,7 +9,7 @@
 #   fi_pingpong_tcp_ofi_rxm.json   -p 'tcp;ofi_rxm' -e rdm   -d lo
 #
 # fi_pingpong sends 32-byte messages back and forth (-S 32) and reports only
-# usec/xfer = elapsed / iterations / 2, i.e. the MEAN one-way time. p50_us is
+# usec/xfer = elapsed / iterations / 2, i.e. the MEAN one-way time. rtt_p50_us is
 # the mean round trip (2 x usec/xfer), which "setup" says; p90..max are not
 # available and are left out. fi_pingpong has no warmup: every iteration is
 # timed. Each run's full output is kept in OUTDIR/logs.
@@ -22,6 +22,7 @@
 set -euo pipefail
 
 prog=fi_pingpong.sh
+. "$(dirname "${BASH_SOURCE[0]}")/result_lib.sh"
 die() {
   echo "$prog: error: $*" >&2
   exit 1
@@ -79,6 +80,7 @@ measure() {
   local name=$1 provider=$2
   shift 2
   local args=(-p "$provider" "$@" -S "$size" -I "$iters")
+  result_start "${args[@]}"
   local slog="$outdir/logs/fi_pingpong_$name.server.log"
   local clog="$outdir/logs/fi_pingpong_$name.client.log"
   # The *_IFACE variables keep the udp and tcp providers on lo as well.
@@ -122,10 +124,12 @@ measure() {
   [[ $ack == =* ]] || die "$name: sent and acknowledged counts differ ('$line'); see $clog"
   local rtt
   rtt=$(awk -v u="$usec_per_xfer" 'BEGIN { printf "%.3f", 2 * u }')
-  local setup="fi_pingpong from libfabric $fi_version, fi_pingpong ${args[*]}; $placement; FI_UDP_IFACE=lo FI_TCP_IFACE=lo; no warmup (fi_pingpong has none), all $iters round trips timed; p50_us is NOT a median: fi_pingpong reports only the mean, usec/xfer = $usec_per_xfer us (elapsed / iterations / 2, one-way), and p50_us = 2 x usec/xfer, the mean round trip; other percentiles are not available"
-  printf '{"system":"fi_pingpong","transport":%s,"workload":"latency","setup":%s,"results":[{"size":%d,"iters":%d,"p50_us":%s}]}\n' \
-    "$(json_str "$provider")" "$(json_str "$setup")" "$size" "$iters" "$rtt" \
+  local setup="fi_pingpong from libfabric $fi_version, fi_pingpong ${args[*]}; $placement; FI_UDP_IFACE=lo FI_TCP_IFACE=lo; no warmup (fi_pingpong has none), all $iters round trips timed; rtt_p50_us is NOT a median: fi_pingpong reports only the mean, usec/xfer = $usec_per_xfer us (elapsed / iterations / 2, one-way), and rtt_p50_us = 2 x usec/xfer, the mean round trip; other percentiles are not available"
+  printf '{"system":"fi_pingpong","transport":%s,"workload":"latency","setup":%s,"results":[{"size":%d,"iters":%d,"rtt_p50_us":%s,"rtt_mean_us":%s}]}\n' \
+    "$(json_str "$provider")" "$(json_str "$setup")" "$size" "$iters" "$rtt" "$rtt" \
     >"$outdir/fi_pingpong_$name.json" || die "cannot write $outdir/fi_pingpong_$name.json"
+  result_wrap "$outdir/fi_pingpong_$name.json" "{\"args\":$(json_str "${args[*]}")}" 2 ||
+    die "cannot write $outdir/fi_pingpong_$name.json"
   echo "$prog: $provider 32 B: mean round trip $rtt us (usec/xfer $usec_per_xfer)"
 }
 

@@ -22,6 +22,7 @@ set -euo pipefail
 
 prog=iperf3.sh
 . "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/result_lib.sh"
 peer_outdir "$@"
 
 
@@ -53,6 +54,7 @@ fi
 server_args=(-s -1 -p "$port" "${server_pin[@]}")
 client_args=(-c 127.0.0.1 -p "$port" "${client_pin[@]}" -t "$duration" -O "$omit" -J)
 echo "$prog: iperf3 ${server_args[*]} & iperf3 ${client_args[*]}"
+result_start "${client_args[@]}"
 start_server t "$port" "$slog" timeout "$run_timeout" iperf3 "${server_args[@]}"
 run_client "$run_timeout" "$cjson" iperf3 "${client_args[@]}"
 rc=0
@@ -97,3 +99,5 @@ with open(dst, "w") as f:
 print(f"iperf3.sh: tcp stream: {gbps:.2f} Gbit/s ({nbytes} B in {seconds:.2f} s)")
 EOF
   die "could not turn $cjson into $outdir/iperf3_tcp.json"
+result_wrap "$outdir/iperf3_tcp.json" "{\"client\":$(json_str "iperf3 ${client_args[*]}")}" 2 ||
+  die "cannot write $outdir/iperf3_tcp.json"

@@ -23,6 +23,7 @@ set -euo pipefail
 
 prog=qperf.sh
 . "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/result_lib.sh"
 peer_outdir "$@"
 
 
@@ -48,6 +49,7 @@ for p in "$port" "$data_port"; do
 done
 client_args=(127.0.0.1 -lp "$port" -ip "$data_port" -t "$duration" -m "$msg_size" -e 6 -vv tcp_bw)
 echo "$prog: qperf -lp $port & qperf ${client_args[*]}"
+result_start "${client_args[@]}"
 start_server t "$port" "$slog" "${server_pin[@]}" qperf -lp "$port"
 run_client "$run_timeout" "$clog" "${client_pin[@]}" qperf "${client_args[@]}"
 peer_cleanup
@@ -87,4 +89,6 @@ setup="$version, qperf ${client_args[*]}; server qperf -lp $port; $placement; on
 printf '{"system":"qperf","transport":"tcp","workload":"goodput","setup":%s,"results":[{"size":%d,"duration_s":%s%s,"gbps":%s}]}\n' \
   "$(json_str "$setup")" "$msg_bytes" "$secs" "${recv_bytes:+,\"bytes\":$recv_bytes}" "$gbps" \
   >"$outdir/qperf_tcp.json" || die "cannot write $outdir/qperf_tcp.json"
+result_wrap "$outdir/qperf_tcp.json" "{\"client\":$(json_str "qperf ${client_args[*]}")}" 2 ||
+  die "cannot write $outdir/qperf_tcp.json"
 echo "$prog: tcp_bw $msg_size: $bw $bw_unit = $gbps Gbit/s"

@@ -4,7 +4,7 @@
 # (`sockperf sr`) in the background and client (`sockperf pp`) to 127.0.0.1,
 # UDP, 32-byte messages, and writes one bench/compare/SCHEMA.md latency file:
 #
-#   OUTDIR/sockperf_udp.json   p50/p90/p99/p99.9/max round trip
+#   OUTDIR/sockperf_udp.json   rtt p50/p90/p99/p99.9/p99.99/max (round trips)
 #
 # Both sides busy-poll: --nonblocked sockets make sockperf's recvfrom() loop
 # spin on EAGAIN instead of sleeping in the kernel (as udp_pingpong and
@@ -26,6 +26,7 @@ set -euo pipefail
 
 prog=sockperf.sh
 . "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/result_lib.sh"
 peer_outdir "$@"
 
 
@@ -52,6 +53,7 @@ fi
 server_args=(sr -i 127.0.0.1 -p "$port" --nonblocked)
 client_args=(pp -i 127.0.0.1 -p "$port" -m "$size" -t "$duration" --mps=max --nonblocked --full-rtt)
 echo "$prog: sockperf ${server_args[*]} & sockperf ${client_args[*]}"
+result_start "$@"
 start_server u "$port" "$slog" "${server_pin[@]}" sockperf "${server_args[@]}"
 run_client "$run_timeout" "$clog" "${client_pin[@]}" sockperf "${client_args[@]}"
 kill -0 "$server_pid" 2>/dev/null || die "server died during the run; see $slog"
@@ -77,11 +79,14 @@ avg=$(grab 's/^sockperf: ====> avg-rtt=\([0-9.]*\) .*/\1/p' "avg-rtt (round trip
 runtime=$(grab 's/^sockperf: \[Valid Duration\] RunTime=\([0-9.]*\) sec.*/\1/p' "valid-duration run time")
 dropped=$(grab 's/^sockperf: # dropped messages = \([0-9]*\);.*/\1/p' "dropped-message count")
 max=$(grab 's/^sockperf: ---> <MAX> observation = *\([0-9.]*\) *$/\1/p' "maximum")
-p50=$(pct 50.000) p90=$(pct 90.000) p99=$(pct 99.000) p999=$(pct 99.900)
+p50=$(pct 50.000) p90=$(pct 90.000) p99=$(pct 99.000) p999=$(pct 99.900) p9999=$(pct 99.990)
 ((observations > 0)) || die "sockperf measured no round trips; see $clog"
 
 setup="sockperf $version, server: sockperf ${server_args[*]}; client: sockperf ${client_args[*]}; $placement; both busy-poll (non-blocking recvfrom); sockperf's 400 ms warmup and 2 s pause excluded; $observations round trips in $runtime s, all timed (TSC), $dropped dropped; percentiles as sockperf prints them (nearest rank); mean round trip $avg us"
-printf '{"system":"sockperf","transport":"udp","workload":"latency","setup":%s,"results":[{"size":%d,"iters":%d,"p50_us":%s,"p90_us":%s,"p99_us":%s,"p999_us":%s,"max_us":%s,"mean_us":%s}]}\n' \
-  "$(json_str "$setup")" "$size" "$observations" "$p50" "$p90" "$p99" "$p999" "$max" "$avg" \
-  >"$outdir/sockperf_udp.json" || die "cannot write $outdir/sockperf_udp.json"
-echo "$prog: udp $size B: p50 $p50 us, p99 $p99 us round trip ($observations round trips, $dropped dropped)"
+{
+  result_head sockperf udp latency "$setup" \
+    "{\"server\":$(json_str "sockperf ${server_args[*]}"),\"client\":$(json_str "sockperf ${client_args[*]}")}" 2
+  printf '[{"size":%d,"iters":%d,"rtt_p50_us":%s,"rtt_p90_us":%s,"rtt_p99_us":%s,"rtt_p999_us":%s,"rtt_p9999_us":%s,"rtt_max_us":%s,"rtt_mean_us":%s,"dropped":%d}]}\n' \
+    "$size" "$observations" "$p50" "$p90" "$p99" "$p999" "$p9999" "$max" "$avg" "$dropped"
+} >"$outdir/sockperf_udp.json" || die "cannot write $outdir/sockperf_udp.json"
+echo "$prog: udp $size B: rtt p50 $p50 us, rtt p99 $p99 us, rtt p99.99 $p9999 us ($observations round trips, $dropped dropped)"

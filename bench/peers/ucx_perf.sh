@@ -16,7 +16,7 @@
 # What ucx_perftest reports, and how it maps to the schema:
 #   latency: ucx_perftest's "typical" latency is a percentile (default 50th,
 #     its -R option) of its ring buffer of recent iteration times, halved
-#     because it reports one-way latency for ping-pong tests. p50_us is twice
+#     because it reports one-way latency for ping-pong tests. rtt_p50_us is twice
 #     that (a round trip, like every other latency file); p90..max are not
 #     available and are left out. Its one-way typical and whole-run average
 #     are recorded in "setup".
@@ -37,6 +37,7 @@
 set -euo pipefail
 
 prog=ucx_perf.sh
+. "$(dirname "${BASH_SOURCE[0]}")/result_lib.sh"
 die() {
   echo "$prog: error: $*" >&2
   exit 1
@@ -150,6 +151,7 @@ field() { awk -v i="$1" '{print $i}' <<<"$final"; }
 write_json() {  # FILE TRANSPORT WORKLOAD SETUP RESULT
   printf '{"system":"ucx","transport":"%s","workload":"%s","setup":%s,"results":[%s]}\n' \
     "$2" "$3" "$(json_str "$4")" "$5" >"$1" || die "cannot write $1"
+  result_wrap "$1" "{\"UCX_TLS\":$(json_str "$tls")}" 2 || die "cannot write $1"
 }
 
 files=0
@@ -165,19 +167,21 @@ measure_transport() {  # NAME TLS RATE_ITERS
 # The three measurements of one transport; they read measure_transport's
 # name, tls, rate_iters and common (bash's dynamic scoping).
 measure_latency() {
+  result_start "$lat_test" 32
   run_perftest "${name}_latency" "$tls" "$lat_test" 32 "$lat_iters" "$lat_warmup"
   local typical avg iters
   typical=$(field 3) avg=$(field 5) iters=$(field 2)
   local p50
   p50=$(awk -v t="$typical" 'BEGIN { printf "%.3f", 2 * t }')
   write_json "$outdir/ucx_${name}_latency.json" "$name" latency \
-    "$common; lanes: $lanes; $lat_test 32 B, $lat_warmup warmup iterations; p50_us = 2 x ucx_perftest's typical one-way latency ($typical us = 50th percentile of its ring buffer of recent iterations, halved); its one-way average over the whole run was $avg us; other percentiles are not reported by ucx_perftest" \
-    "{\"size\":32,\"iters\":$iters,\"p50_us\":$p50}"
-  echo "$prog: ucx $name latency 32 B: p50 (2 x typical) $p50 us round trip; one-way typical $typical us, average $avg us"
+    "$common; lanes: $lanes; $lat_test 32 B, $lat_warmup warmup iterations; rtt_p50_us = 2 x ucx_perftest's typical one-way latency ($typical us = 50th percentile of its ring buffer of recent iterations, halved); its one-way average over the whole run was $avg us; other percentiles are not reported by ucx_perftest" \
+    "{\"size\":32,\"iters\":$iters,\"rtt_p50_us\":$p50}"
+  echo "$prog: ucx $name latency 32 B: rtt p50 (2 x typical) $p50 us round trip; one-way typical $typical us, average $avg us"
   files=$((files + 1))
 }
 
 measure_rate() {
+  result_start "$bw_test" 32
   run_perftest "${name}_rate" "$tls" "$bw_test" 32 "$rate_iters" 100000
   local rps iters
   iters=$(field 2) rps=$(field 9)
@@ -193,6 +197,7 @@ measure_rate() {
 
 measure_goodput() {
   local big=$((8 << 20))
+  result_start "$bw_test" "$big"
   run_perftest "${name}_goodput" "$tls" "$bw_test" "$big" "$bw_iters" 20
   local mibps iters result
   iters=$(field 2) mibps=$(field 7)
