@@ -1,7 +1,9 @@
 // hello_client: connects to hello_server's Rpc 0, prints its answer, then
-// measures round-trip latency of 32-byte requests, one outstanding at a time.
+// measures round-trip latency of 32-byte requests, one outstanding at a time,
+// and says when the percentiles are not to be trusted.
 //
-//   hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
+//   librpc-hello-client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
+//                       [--transport udp|verbs|fabric]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -17,9 +19,6 @@
 
 namespace {
 
-constexpr std::string_view kDefaultServer = "127.0.0.1:31850";
-constexpr std::string_view kDefaultUri = "127.0.0.1:0";  // port 0: ephemeral
-constexpr uint64_t kDefaultCount = 1000;
 constexpr rpc::ReqType kHelloReqType = 1;
 constexpr rpc::RpcId kServerRpcId = 0;
 constexpr size_t kReqBytes = 32;
@@ -27,14 +26,12 @@ constexpr size_t kReqBytes = 32;
 constexpr auto kConnectBackstop = std::chrono::seconds(10);
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 
-void usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]\n"
-             "  --server  hello_server's address (default {})\n"
-             "  --uri     this client's Nexus address (default {})\n"
-             "  --count   round trips to time (default {})\n",
-             kDefaultServer, kDefaultUri, kDefaultCount);
-}
+struct Options {
+  std::string server = "127.0.0.1:31850";
+  std::string uri;  // empty: the local address that routes to the server, port 0
+  uint64_t count = 1000;
+  app::TransportOptions transport;
+};
 
 // Nearest-rank percentile of sorted samples. REQUIRES: !sorted.empty().
 double percentile(const std::vector<double>& sorted, double p) {
@@ -42,15 +39,18 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
-struct Options {
-  std::string server;
-  std::string uri;
-  uint64_t count;
-};
-
 int run(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = opt.uri});
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+  std::string uri = opt.uri;
+  if (uri.empty()) {
+    auto local = app::local_address_towards(opt.server);
+    if (!local) {
+      fmt::print(stderr, "hello_client: {}; give --uri\n", local.error());
+      return app::kExitFailure;
+    }
+    uri = *local + ":0";  // port 0: ephemeral
+  }
+  rpc::Nexus nexus(rpc::NexusConfig{.uri = uri});
+  rpc::Rpc rpc(nexus, opt.transport.rpc_config(0));
   // The Nexus gives up after its sm_timeout_ms, with the reason; the
   // timeout here is only a backstop.
   auto sn = rpc.connect(opt.server, kServerRpcId, kConnectBackstop);
@@ -81,6 +81,7 @@ int run(const Options& opt) {
   using Clock = std::chrono::steady_clock;
   std::vector<double> latencies_us;
   latencies_us.reserve(opt.count);
+  const uint64_t retransmissions_before = rpc.stats().retransmissions;
   const auto start = Clock::now();
   for (uint64_t i = 0; i < opt.count; i++) {
     const auto t0 = Clock::now();
@@ -94,6 +95,7 @@ int run(const Options& opt) {
     latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const uint64_t retransmissions = rpc.stats().retransmissions - retransmissions_before;
 
   std::sort(latencies_us.begin(), latencies_us.end());
   fmt::print(
@@ -102,24 +104,28 @@ int run(const Options& opt) {
       kReqBytes, rpc.transport_name(), percentile(latencies_us, 0.50),
       percentile(latencies_us, 0.99), latencies_us.back(), opt.count,
       static_cast<double>(opt.count) / elapsed_s);
+  if (retransmissions != 0) {
+    fmt::print("warning: not trustworthy: {} retransmissions during the run\n", retransmissions);
+  }
   return app::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto cl = app::parse_command_line(argc, argv, 1, {"server", "uri", "count"});
-  if (!cl || cl->help || !cl->positional.empty()) {
-    if (!cl) fmt::print(stderr, "hello_client: {}\n", cl.error());
-    usage(cl && cl->help ? stdout : stderr);
-    return cl && cl->help ? app::kExitOk : app::kExitUsage;
-  }
-  auto count = app::parse_uint(cl->get("count", std::to_string(kDefaultCount)), 1, 100'000'000);
-  if (!count) {
-    fmt::print(stderr, "hello_client: --count wants an integer from 1 to 100000000\n");
-    return app::kExitUsage;
-  }
-  const Options opt{cl->get("server", kDefaultServer), cl->get("uri", kDefaultUri), *count};
+  CLI::App cli(
+      "Connects to hello_server's Rpc 0, prints its answer, then times 32-byte round trips.",
+      "librpc-hello-client");
+  Options opt;
+  cli.add_option("--server", opt.server, "hello_server's address HOST:PORT")->capture_default_str();
+  cli.add_option("--uri", opt.uri,
+                 "this client's Nexus address HOST:PORT (default: the local address that routes "
+                 "to the server, port 0)");
+  cli.add_option("--count", opt.count, "round trips to time")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100'000'000}))
+      ->capture_default_str();
+  app::add_transport_options(cli, opt.transport);
+  if (const int status = app::parse_command_line(cli, argc, argv); status >= 0) return status;
 
   app::install_stop_signals();
   try {
