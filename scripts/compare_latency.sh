@@ -52,11 +52,17 @@ with open(librpc_path) as f:
     librpc = json.load(f)
 with open(raw_path) as f:
     raw = json.load(f)
+# Schema 2 names the median rtt_p50_us; older librpc files say p50_us.
+def p50(row):
+    return row["rtt_p50_us"] if "rtt_p50_us" in row else row["p50_us"]
 rows = [r for r in librpc["results"] if r["size"] == size]
 if not rows:
     sys.exit(f"compare_latency: no {size} B result in {librpc_path}")
-if raw["size"] != size:
-    sys.exit(f"compare_latency: raw UDP result is for {raw['size']} B, not {size} B")
-a, b = rows[0]["p50_us"], raw["p50_us"]
+raw_row = raw["results"][0]
+if raw_row["size"] != size:
+    sys.exit(f"compare_latency: raw UDP result is for {raw_row['size']} B, not {size} B")
+a, b = p50(rows[0]), p50(raw_row)
 print(f"p50 {size} B: librpc {a:.1f} us, raw UDP {b:.1f} us, ratio {a / b:.2f}")
+for w in raw.get("warnings", []):
+    print(f"  raw UDP warning: {w}")
 EOF
