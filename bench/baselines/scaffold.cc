@@ -132,6 +132,23 @@ std::string run_both(std::string_view name, const sockaddr_in& server_addr,
   return pinning;
 }
 
+void add_interval_options(CLI::App& app, double& duration_s, double& warmup_s,
+                          const std::string& warmup_flag) {
+  constexpr double kMaxSeconds = 3600;
+  app.add_option("--duration", duration_s, "measured interval, seconds")
+      ->check(CLI::Range(0.0, kMaxSeconds) & measure::positive_double())
+      ->capture_default_str();
+  app.add_option(warmup_flag, warmup_s, "unmeasured interval before it, seconds")
+      ->check(CLI::Range(0.0, kMaxSeconds))
+      ->capture_default_str();
+}
+
+void add_batch_option(CLI::App& app, std::size_t& batch) {
+  app.add_option("--batch", batch, "datagrams per sendmmsg/recvmmsg")
+      ->check(CLI::Range(std::size_t{1}, kMaxBatch))
+      ->capture_default_str();
+}
+
 Program::Program(std::string name, std::string system, const std::string& description, int argc,
                  char** argv)
     : name_(std::move(name)), cli_(description, name_), run_info_(argc, argv) {
@@ -166,6 +183,14 @@ void Program::finish_measurement(int busy_cores) {
 void Program::check_trust() {
   warn(measure::check_load(run_info_, busy_cores_));
   warn(measure::check_context_switches(context_switches_.count()));
+}
+
+void Program::describe(std::string transport, std::string workload, std::string setup,
+                       measure::Json config) {
+  result_.transport = std::move(transport);
+  result_.workload = std::move(workload);
+  result_.setup = std::move(setup);
+  result_.config = std::move(config);
 }
 
 void Program::write_outputs() {

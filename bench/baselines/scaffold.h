@@ -73,6 +73,17 @@ std::string run_both(std::string_view name, const sockaddr_in& server_addr,
                      const std::function<void(const std::atomic<bool>& stop)>& server,
                      const std::function<void()>& client);
 
+// --duration SECONDS (measured interval, > 0) and warmup_flag SECONDS (the
+// unmeasured interval before it, >= 0), both at most an hour, into
+// duration_s and warmup_s.
+void add_interval_options(CLI::App& app, double& duration_s, double& warmup_s,
+                          const std::string& warmup_flag = "--warmup-seconds");
+
+// --batch N: datagrams per sendmmsg/recvmmsg, 1 to 1024 (UIO_MAXIOV, the
+// kernel's cap on vlen).
+inline constexpr std::size_t kMaxBatch = 1024;
+void add_batch_option(CLI::App& app, std::size_t& batch);
+
 // One baseline program: its command line, its run metadata (sampled at
 // construction, so construct it first thing in main), its trust warnings
 // and its result file.
@@ -103,10 +114,22 @@ class Program {
   // Prints and records the warnings about the measured part (machine busy,
   // descheduled); call it after printing the numbers.
   void check_trust();
+  // Runs measure() between start_measurement() and
+  // finish_measurement(busy_cores); returns what it returns.
+  template <typename Measure>
+  auto measured(int busy_cores, Measure&& measure) {
+    start_measurement();
+    auto result = measure();
+    finish_measurement(busy_cores);
+    return result;
+  }
   // Prints "  warning: w" and records it, when w is set and new.
   void warn(const std::optional<std::string>& w) { warnings_.add_and_print(w); }
 
-  // The result file; fill transport, workload, setup, config, results.
+  // Names what the result file describes.
+  void describe(std::string transport, std::string workload, std::string setup,
+                measure::Json config);
+  // The result file; add to its results.
   measure::ResultFile& result() { return result_; }
   // Writes the result file to the paths of --json and --csv, if given,
   // with the run metadata and the warnings.

@@ -40,7 +40,6 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "scaffold.h"
 #include "udp_socket.h"
 
@@ -55,9 +54,7 @@ using baseline::UdpSocket;
 
 constexpr std::size_t kMaxUdpPayload = 65507;  // IPv4 UDP maximum
 constexpr std::size_t kSeqBytes = sizeof(std::uint64_t);
-constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
 constexpr std::size_t kMaxWindow = 1024;
-constexpr double kMaxSeconds = 3600.0;
 constexpr int kSocketBufferBytes = 16 << 20;
 constexpr auto kStallTimeout = std::chrono::milliseconds(5);
 constexpr auto kDeadServerTimeout = std::chrono::seconds(1);
@@ -77,18 +74,7 @@ void add_load_options(CLI::App& app, Options& opt) {
   app.add_option("--window", opt.window, "datagrams outstanding")
       ->check(CLI::Range(std::size_t{1}, kMaxWindow))
       ->capture_default_str();
-  app.add_option("--duration", opt.duration_s, "measured interval, seconds")
-      ->check(CLI::Range(0.0, kMaxSeconds) & measure::positive_double())
-      ->capture_default_str();
-  app.add_option("--warmup-seconds", opt.warmup_s, "unmeasured interval before it, seconds")
-      ->check(CLI::Range(0.0, kMaxSeconds))
-      ->capture_default_str();
-}
-
-void add_batch_option(CLI::App& app, Options& opt) {
-  app.add_option("--batch", opt.batch, "datagrams per sendmmsg/recvmmsg")
-      ->check(CLI::Range(std::size_t{1}, kMaxBatch))
-      ->capture_default_str();
+  baseline::add_interval_options(app, opt.duration_s, opt.warmup_s);
 }
 
 // ---------------------------------------------------------------------------
@@ -318,38 +304,26 @@ void report(baseline::Program& program, const Options& opt, const std::string& s
   }
   program.check_trust();
   std::fflush(stdout);
-  measure::ResultFile& file = program.result();
-  file.transport = "udp";
-  file.workload = "rate";
-  file.setup = setup;
-  file.config = {{"size", opt.size},
-                 {"window", opt.window},
-                 {"batch", opt.batch},
-                 {"duration_s", opt.duration_s},
-                 {"warmup_s", opt.warmup_s}};
-  file.results.push_back({{"size", opt.size},
-                          {"window", opt.window},
-                          {"sessions", 1},
-                          {"client_threads", 1},
-                          {"server_threads", 1},
-                          {"batch", opt.batch},
-                          {"duration_s", measure::round_to(res.duration_s, 6)},
-                          {"requests", res.requests},
-                          {"rps", measure::round_to(rps, 1)},
-                          {"rps_per_client_thread", measure::round_to(rps, 1)},
-                          {"rps_per_server_thread", measure::round_to(rps, 1)},
-                          {"lost", res.lost},
-                          {"stalls", res.stalls}});
+  program.describe("udp", "rate", setup,
+                   {{"size", opt.size},
+                    {"window", opt.window},
+                    {"batch", opt.batch},
+                    {"duration_s", opt.duration_s},
+                    {"warmup_s", opt.warmup_s}});
+  program.result().results.push_back({{"size", opt.size},
+                                      {"window", opt.window},
+                                      {"sessions", 1},
+                                      {"client_threads", 1},
+                                      {"server_threads", 1},
+                                      {"batch", opt.batch},
+                                      {"duration_s", measure::round_to(res.duration_s, 6)},
+                                      {"requests", res.requests},
+                                      {"rps", measure::round_to(rps, 1)},
+                                      {"rps_per_client_thread", measure::round_to(rps, 1)},
+                                      {"rps_per_server_thread", measure::round_to(rps, 1)},
+                                      {"lost", res.lost},
+                                      {"stalls", res.stalls}});
   program.write_outputs();
-}
-
-// Runs the client, busy-polling busy_cores cores in all.
-RateResults measure_rate(baseline::Program& program, EchoClient& client, const Options& opt,
-                         int busy_cores) {
-  program.start_measurement();
-  RateResults res = client.run(opt.warmup_s, opt.duration_s);
-  program.finish_measurement(busy_cores);
-  return res;
 }
 
 // ---------------------------------------------------------------------------
@@ -370,7 +344,8 @@ int run_client_mode(baseline::Program& program, const std::string& server_text,
                     const Options& opt) {
   const sockaddr_in server = baseline::parse_endpoint("--server", server_text);
   EchoClient client(server, opt);
-  const RateResults res = measure_rate(program, client, opt, 1);
+  const RateResults res =
+      program.measured(1, [&] { return client.run(opt.warmup_s, opt.duration_s); });
   report(program, opt,
          fmt::format("client (1 thread, unpinned) of udp_echo server {}; sendmmsg/recvmmsg "
                      "batch {}; busy-polled",
@@ -391,7 +366,7 @@ int run_combined_mode(baseline::Program& program, const Options& opt) {
       },
       [&] {
         EchoClient client(server_addr, opt);
-        res = measure_rate(program, client, opt, 2);
+        res = program.measured(2, [&] { return client.run(opt.warmup_s, opt.duration_s); });
         client.send_stop();
       });
   report(program, opt,
@@ -410,9 +385,10 @@ int main(int argc, char** argv) {
                             "limit librpc's small-RPC throughput is compared to.",
                             argc, argv);
   Options opt;
-  baseline::Modes modes(program, "0.0.0.0:7778",
-                        {.client = [&](CLI::App& app) { add_load_options(app, opt); },
-                         .shared = [&](CLI::App& app) { add_batch_option(app, opt); }});
+  baseline::Modes modes(
+      program, "0.0.0.0:7778",
+      {.client = [&](CLI::App& app) { add_load_options(app, opt); },
+       .shared = [&](CLI::App& app) { baseline::add_batch_option(app, opt.batch); }});
   return program.run(argc, argv, [&] {
     if (modes.server()) return run_server_mode(modes.bind, opt);
     if (modes.client()) return run_client_mode(program, modes.server_address, opt);

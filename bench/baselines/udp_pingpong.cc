@@ -228,12 +228,9 @@ Results RunClient(PingClient& client, const Options& opt, baseline::Program& pro
 // Prints the table and the warnings, and writes the result files.
 void Report(baseline::Program& program, const Options& opt, const std::string& setup,
             const Results& res) {
-  measure::ResultFile& file = program.result();
-  file.transport = "udp";
-  file.workload = "latency";
-  file.setup = setup;
-  file.config = {{"size", opt.size}, {"iters", opt.iters}, {"warmup", opt.warmup}};
-  file.results.push_back(baseline::report_rtt(
+  program.describe("udp", "latency", setup,
+                   {{"size", opt.size}, {"iters", opt.iters}, {"warmup", opt.warmup}});
+  program.result().results.push_back(baseline::report_rtt(
       program, res.rtt, fmt::format("{:>8} {:>8} {:>6}", "size", "iters", "lost"),
       fmt::format("{:>8} {:>8} {:>6}", opt.size, res.rtt.count(), res.lost),
       {{"size", opt.size}, {"iters", res.rtt.count()}, {"lost", res.lost}}));

@@ -108,10 +108,8 @@ static_assert(kGroBufferBytes >= kMaxUdpPayload);
 constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
 static_assert(CMSG_SPACE(sizeof(std::uint16_t)) <= kCmsgBytes);
 constexpr std::size_t kRunIdBytes = sizeof(std::uint64_t);
-constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
 constexpr std::size_t kMaxWindow = 1 << 20;
 constexpr std::size_t kCreditBatch = 16;  // credits drained per recvmmsg
-constexpr double kMaxSeconds = 3600.0;
 constexpr int kSocketBufferBytes = 32 << 20;
 constexpr auto kStallTimeout = std::chrono::milliseconds(5);
 constexpr auto kDeadReceiverTimeout = std::chrono::seconds(1);
@@ -142,12 +140,7 @@ void add_load_options(CLI::App& app, Options& opt) {
   app.add_option("--window-datagrams", opt.window, "datagrams sent but not yet credited")
       ->check(CLI::Range(std::size_t{1}, kMaxWindow))
       ->capture_default_str();
-  app.add_option("--duration", opt.duration_s, "measured interval, seconds")
-      ->check(CLI::Range(0.0, kMaxSeconds) & measure::positive_double())
-      ->capture_default_str();
-  app.add_option("--warmup-seconds", opt.warmup_s, "unmeasured interval before it, seconds")
-      ->check(CLI::Range(0.0, kMaxSeconds))
-      ->capture_default_str();
+  baseline::add_interval_options(app, opt.duration_s, opt.warmup_s);
 }
 
 // The receiver's options.
@@ -160,9 +153,7 @@ void add_receiver_options(CLI::App& app, Options& opt) {
 
 // Both ends' options.
 void add_shared_options(CLI::App& app, Options& opt) {
-  app.add_option("--batch", opt.batch, "datagrams per sendmmsg/recvmmsg")
-      ->check(CLI::Range(std::size_t{1}, kMaxBatch))
-      ->capture_default_str();
+  baseline::add_batch_option(app, opt.batch);
   app.add_option("--offload", opt.offload,
                  fmt::format("on: UDP GSO sends (messages of up to {} datagrams and {} bytes "
                              "with UDP_SEGMENT), UDP GRO receives (--batch counts possibly "
@@ -574,39 +565,27 @@ void report(baseline::Program& program, const Options& opt, const std::string& s
   }
   program.check_trust();
   std::fflush(stdout);
-  measure::ResultFile& file = program.result();
-  file.transport = "udp";
-  file.workload = "goodput";
-  file.setup = setup;
-  file.config = {{"datagram_size", opt.datagram_size},
-                 {"window", opt.window},
-                 {"batch", opt.batch},
-                 {"credit_every", opt.credit_every},
-                 {"offload", opt.offload},
-                 {"message_bytes", opt.message_bytes},
-                 {"duration_s", opt.duration_s},
-                 {"warmup_s", opt.warmup_s}};
-  file.results.push_back({{"size", opt.datagram_size},
-                          {"window", opt.window},
-                          {"batch", opt.batch},
-                          {"duration_s", measure::round_to(res.duration_s, 6)},
-                          {"messages", res.datagrams},
-                          {"bytes", res.bytes},
-                          {"gbps", measure::round_to(gbps, 4)},
-                          {"stalls", res.stalls},
-                          {"lost", res.lost},
-                          {"offload", opt.offload},
-                          {"message_bytes", opt.message_bytes}});
+  program.describe("udp", "goodput", setup,
+                   {{"datagram_size", opt.datagram_size},
+                    {"window", opt.window},
+                    {"batch", opt.batch},
+                    {"credit_every", opt.credit_every},
+                    {"offload", opt.offload},
+                    {"message_bytes", opt.message_bytes},
+                    {"duration_s", opt.duration_s},
+                    {"warmup_s", opt.warmup_s}});
+  program.result().results.push_back({{"size", opt.datagram_size},
+                                      {"window", opt.window},
+                                      {"batch", opt.batch},
+                                      {"duration_s", measure::round_to(res.duration_s, 6)},
+                                      {"messages", res.datagrams},
+                                      {"bytes", res.bytes},
+                                      {"gbps", measure::round_to(gbps, 4)},
+                                      {"stalls", res.stalls},
+                                      {"lost", res.lost},
+                                      {"offload", opt.offload},
+                                      {"message_bytes", opt.message_bytes}});
   program.write_outputs();
-}
-
-// Runs the sender, busy-polling busy_cores cores in all.
-GoodputResults measure_goodput(baseline::Program& program, StreamSender& sender, const Options& opt,
-                               int busy_cores) {
-  program.start_measurement();
-  GoodputResults res = sender.run(opt.warmup_s, opt.duration_s);
-  program.finish_measurement(busy_cores);
-  return res;
 }
 
 // ---------------------------------------------------------------------------
@@ -643,7 +622,8 @@ std::string describe_flow(const Options& opt) {
 int run_client_mode(baseline::Program& program, const std::string& server, const Options& opt) {
   const sockaddr_in receiver = baseline::parse_endpoint("--server", server);
   StreamSender sender(receiver, opt);
-  const GoodputResults res = measure_goodput(program, sender, opt, 1);
+  const GoodputResults res =
+      program.measured(1, [&] { return sender.run(opt.warmup_s, opt.duration_s); });
   report(program, opt,
          fmt::format("sender (1 thread, unpinned) to udp_stream receiver {}; {}",
                      format_addr(receiver), describe_flow(opt)),
@@ -665,7 +645,7 @@ int run_combined_mode(baseline::Program& program, const Options& opt) {
       },
       [&] {
         StreamSender sender(receiver_addr, opt);
-        res = measure_goodput(program, sender, opt, 2);
+        res = program.measured(2, [&] { return sender.run(opt.warmup_s, opt.duration_s); });
         sender.send_stop();
       });
   report(program, opt,
