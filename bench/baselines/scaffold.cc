@@ -209,6 +209,7 @@ Modes::Modes(Program& program, std::string_view default_bind, const Options& opt
     add(app, options.client);
     add(app, options.server);
     add(app, options.shared);
+    add(app, options.both);
     program.add_output_options(app);
   };
   CLI::App& cli = program.cli();
@@ -233,13 +234,15 @@ Modes::Modes(Program& program, std::string_view default_bind, const Options& opt
   cli.footer("Without server or client: both in one process, over 127.0.0.1.");
 }
 
-measure::Json report_rtt(Program& program, const measure::Histogram& h, std::string_view labels,
-                         std::string_view values, measure::Json fields) {
+void print_rtt_header(std::string_view labels) {
+  fmt::print("{}\n{} {}\n", measure::kRttNote, labels, measure::rtt_header());
+}
+
+measure::Json rtt_row(Program& program, const measure::Histogram& h, std::string_view values,
+                      measure::Json fields) {
   if (h.empty()) throw RunError("no round trips completed");
-  fmt::print("{}\n{} {}\n{} {}\n", measure::kRttNote, labels, measure::rtt_header(), values,
-             measure::rtt_row(h));
+  fmt::print("{} {}\n", values, measure::rtt_row(h));
   program.warn(measure::check_tail_gap(h));
-  program.check_trust();
   measure::add_rtt_fields(fields, h);
   return fields;
 }

@@ -157,6 +157,7 @@ struct Modes {
     AddOptions client;  // the client's: on `client` and on the program (both)
     AddOptions server;  // the server's: on `server` and on the program
     AddOptions shared;  // both sides': on all three
+    AddOptions both;    // the combined mode's own: on the program (and both_alias)
   };
   // --json and --csv go with the client's options. both_alias: a subcommand
   // name that means "both in one process" as well ("" for none).
@@ -175,12 +176,14 @@ struct Modes {
   CLI::App* client_cmd_ = nullptr;
 };
 
-// Prints a latency table of one row: the columns `labels` (already
-// formatted, e.g. "size iters") followed by measure::rtt_header(), then
-// `values` and the histogram's row; checks the tail gap and
-// Program::check_trust(); returns the
-// result object with `fields` and the rtt_* fields (with rtt_cdf).
-measure::Json report_rtt(Program& program, const measure::Histogram& h, std::string_view labels,
-                         std::string_view values, measure::Json fields);
+// A latency table: print_rtt_header() prints the note that these are round
+// trips and the header, the columns `labels` (already formatted, e.g.
+// "size iters") followed by "rtt p50 ... rtt max"; rtt_row() prints one row,
+// `values` and the histogram's, warns of a tail gap and returns the result
+// object: `fields` and the rtt_* fields (with rtt_cdf). Throws RunError on
+// an empty histogram.
+void print_rtt_header(std::string_view labels);
+measure::Json rtt_row(Program& program, const measure::Histogram& h, std::string_view values,
+                      measure::Json fields);
 
 }  // namespace baseline
