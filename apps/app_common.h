@@ -1,6 +1,7 @@
-// Helpers shared by the example applications: the command line (CLI11, with
-// the transport options every app takes), the client's default address, and
-// stopping on SIGINT/SIGTERM. (Connecting and blocking calls are the
+// Helpers shared by the example applications: the transport options every
+// app takes (CLI11; parsing with exit status 2 on a usage error is
+// tools/measure/cli.h's), the client's default address, and stopping on
+// SIGINT/SIGTERM. (Connecting and blocking calls are the
 // library's: Rpc::connect, rpc::call_sync.) Header-only.
 #pragma once
 
@@ -24,19 +25,6 @@ namespace app {
 // Exit codes of every app.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // connect failed, timeout, bad response
-inline constexpr int kExitUsage = 2;    // malformed command line
-
-// Parses the command line into `cli`'s options. Returns -1 to go on, or the
-// status to exit with: kExitOk after printing --help, kExitUsage after
-// printing what is wrong (CLI11's own codes differ by error).
-inline int parse_command_line(CLI::App& cli, int argc, char** argv) {
-  try {
-    cli.parse(argc, argv);
-    return -1;
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-}
 
 // The transport settings every app takes (RpcConfig::transport and the
 // transport-specific choices).

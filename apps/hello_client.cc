@@ -1,6 +1,7 @@
 // hello_client: connects to hello_server's Rpc 0, prints its answer, then
 // measures round-trip latency of 32-byte requests, one outstanding at a time,
-// and says when the percentiles are not to be trusted.
+// and says when the percentiles are not to be trusted (tools/measure/trust.h:
+// retransmissions, a busy machine, the process descheduled, a lone outlier).
 //
 //   librpc-hello-client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
 //                       [--transport udp|verbs|fabric]
@@ -8,14 +9,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "app_common.h"
+#include "cli.h"
+#include "histogram.h"
 #include "librpc/rpc_all.h"
+#include "run_info.h"
+#include "trust.h"
 
 namespace {
 
@@ -33,13 +36,10 @@ struct Options {
   app::TransportOptions transport;
 };
 
-// Nearest-rank percentile of sorted samples. REQUIRES: !sorted.empty().
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
+// The busy-polling thread: this one.
+constexpr int kBusyCores = 1;
 
-int run(const Options& opt) {
+int run(const Options& opt, measure::RunInfo& run_info) {
   std::string uri = opt.uri;
   if (uri.empty()) {
     auto local = app::local_address_towards(opt.server);
@@ -79,8 +79,9 @@ int run(const Options& opt) {
              text);
 
   using Clock = std::chrono::steady_clock;
-  std::vector<double> latencies_us;
-  latencies_us.reserve(opt.count);
+  measure::Histogram rtt;
+  measure::ContextSwitches context_switches;
+  context_switches.start();
   const uint64_t retransmissions_before = rpc.stats().retransmissions;
   const auto start = Clock::now();
   for (uint64_t i = 0; i < opt.count; i++) {
@@ -92,27 +93,33 @@ int run(const Options& opt) {
                  rpc::to_string(r.errc));
       return app::kExitFailure;
     }
-    latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    rtt.record(static_cast<uint64_t>(std::chrono::nanoseconds(t1 - t0).count()));
   }
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  context_switches.stop();
+  run_info.finish();
   const uint64_t retransmissions = rpc.stats().retransmissions - retransmissions_before;
 
-  std::sort(latencies_us.begin(), latencies_us.end());
   fmt::print(
       "{}-byte RPC round trip over {}: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us "
       "({} requests, {:.0f} requests/s)\n",
-      kReqBytes, rpc.transport_name(), percentile(latencies_us, 0.50),
-      percentile(latencies_us, 0.99), latencies_us.back(), opt.count,
+      kReqBytes, rpc.transport_name(), rtt.percentile_us(50), rtt.percentile_us(99),
+      static_cast<double>(rtt.max_ns()) / 1e3, opt.count,
       static_cast<double>(opt.count) / elapsed_s);
-  if (retransmissions != 0) {
-    fmt::print("warning: not trustworthy: {} retransmissions during the run\n", retransmissions);
-  }
+  // Each reason the percentiles above may not show the network.
+  measure::Warnings warnings;
+  warnings.add_and_print(measure::check_retransmissions(retransmissions));
+  warnings.add_and_print(measure::check_load(run_info, kBusyCores));
+  warnings.add_and_print(measure::check_context_switches(context_switches.count()));
+  warnings.add_and_print(measure::check_tail_gap(rtt));
+  if (!warnings.list().empty()) fmt::print("  (the percentiles above are not trustworthy)\n");
   return app::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  measure::RunInfo run_info(argc, argv);  // the load average at the start
   CLI::App cli(
       "Connects to hello_server's Rpc 0, prints its answer, then times 32-byte round trips.",
       "librpc-hello-client");
@@ -125,11 +132,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{100'000'000}))
       ->capture_default_str();
   app::add_transport_options(cli, opt.transport);
-  if (const int status = app::parse_command_line(cli, argc, argv); status >= 0) return status;
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   app::install_stop_signals();
   try {
-    return run(opt);
+    return run(opt, run_info);
   } catch (const rpc::Error& e) {
     fmt::print(stderr, "hello_client: {}\n", e.what());
     return app::kExitFailure;

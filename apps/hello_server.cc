@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "app_common.h"
+#include "cli.h"
 #include "librpc/rpc_all.h"
 
 namespace {
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   cli.add_option("--seconds", seconds, "stop after N seconds (default: run until SIGINT/SIGTERM)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   app::add_transport_options(cli, transport);
-  if (const int status = app::parse_command_line(cli, argc, argv); status >= 0) return status;
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   // Line-buffered so that a script reading our log sees each line at once.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

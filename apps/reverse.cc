@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "app_common.h"
+#include "cli.h"
 #include "librpc/rpc_all.h"
 
 namespace {
@@ -162,7 +163,7 @@ int main(int argc, char** argv) {
                          "this client's Nexus address HOST:PORT (default: the local address "
                          "that routes to the server, port 0)");
   app::add_transport_options(*client_cmd, transport);
-  if (const int status = app::parse_command_line(cli, argc, argv); status >= 0) return status;
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   app::install_stop_signals();
   const char* mode = server_cmd->parsed() ? "server" : "client";
