@@ -40,11 +40,6 @@ struct RunError : std::runtime_error {
 // Throws RunError "what: strerror(errno)".
 [[noreturn]] void throw_errno(std::string_view what);
 
-// Seconds since t.
-inline double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // "IPV4:PORT" as a socket address. Throws UsageError naming flag.
 sockaddr_in parse_endpoint(std::string_view flag, std::string_view text);
 // A CLI11 check that a value is "IPV4:PORT".

@@ -25,8 +25,10 @@ class UdpSocket {
   int fd() const { return fd_; }
   void bind(const sockaddr_in& addr);
   sockaddr_in local_addr() const;
-  // Sets a UDP-level (SOL_UDP) option. Throws RunError naming the option
-  // and the Linux version that has it when the kernel refuses.
+  // Sets a UDP-level (SOL_UDP) option for --offload on (udp_stream's UDP
+  // GSO/GRO). Throws RunError naming the option and the Linux version that
+  // has it when the kernel refuses: a run must not measure the plain path
+  // under the offload's name.
   void require_udp_option(int option, int value, std::string_view name, std::string_view since);
 
  private:
