@@ -231,10 +231,9 @@ void Report(baseline::Program& program, const Options& opt, const std::string& s
   program.describe("udp", "latency", setup,
                    {{"size", opt.size}, {"iters", opt.iters}, {"warmup", opt.warmup}});
   baseline::print_rtt_header(fmt::format("{:>8} {:>8} {:>6}", "size", "iters", "lost"));
-  program.result().results.push_back(
-      baseline::rtt_row(program, res.rtt,
-                        fmt::format("{:>8} {:>8} {:>6}", opt.size, res.rtt.count(), res.lost),
-                        {{"size", opt.size}, {"iters", res.rtt.count()}, {"lost", res.lost}}));
+  program.result().results.push_back(baseline::rtt_row(
+      program, res.rtt, fmt::format("{:>8} {:>8} {:>6}", opt.size, res.rtt.count(), res.lost),
+      {{"size", opt.size}, {"iters", res.rtt.count()}, {"lost", res.lost}}));
   if (res.lost != 0) {
     program.warn(
         fmt::format("{} round trips lost (1 s timeout each; not in the percentiles)", res.lost));
