@@ -1,22 +1,22 @@
-// Helpers shared by the example applications: command-line parsing and
-// stopping on SIGINT/SIGTERM. (Connecting and blocking calls are the
+// Helpers shared by the example applications: the transport options every
+// app takes (CLI11; parsing with exit status 2 on a usage error is
+// tools/measure/cli.h's), the client's default address, and stopping on
+// SIGINT/SIGTERM. (Connecting and blocking calls are the
 // library's: Rpc::connect, rpc::call_sync.) Header-only.
 #pragma once
 
-#include <fmt/core.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
-#include <charconv>
-#include <chrono>
+#include <cerrno>
 #include <csignal>
-#include <cstdint>
-#include <initializer_list>
-#include <map>
-#include <optional>
+#include <cstring>
 #include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
 
 #include "librpc/rpc_all.h"
 
@@ -25,69 +25,64 @@ namespace app {
 // Exit codes of every app.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // connect failed, timeout, bad response
-inline constexpr int kExitUsage = 2;    // malformed command line
 
-// The command line split into positional words and "--name value" options.
-struct CommandLine {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string, std::less<>> options;  // name without "--"
-  bool help = false;                                        // -h or --help was given
+// The transport settings every app takes (RpcConfig::transport and the
+// transport-specific choices).
+struct TransportOptions {
+  std::string transport = "udp";
+  std::string fabric_provider;
+  std::string verbs_device;
 
-  bool has(std::string_view name) const { return options.find(name) != options.end(); }
-  std::string get(std::string_view name, std::string_view fallback) const {
-    auto it = options.find(name);
-    return it == options.end() ? std::string(fallback) : it->second;
+  rpc::RpcConfig rpc_config(rpc::RpcId id) const {
+    rpc::RpcConfig config{.rpc_id = id, .transport = transport};
+    config.fabric_provider = fabric_provider;
+    config.verbs_device = verbs_device;
+    return config;
   }
 };
 
-// Splits argv[first..argc). Options take a value, as "--name value" or
-// "--name=value"; only the names in `known` are accepted. "--" ends the
-// options, and a lone "-" is positional. Fails, naming the word, on an
-// unknown option or a missing value.
-inline rpc::Result<CommandLine> parse_command_line(int argc, char** argv, int first,
-                                                   std::initializer_list<std::string_view> known) {
-  CommandLine cl;
-  bool options_done = false;
-  for (int i = first; i < argc; i++) {
-    const std::string_view word = argv[i];
-    if (options_done || word == "-" || !word.starts_with("-")) {
-      cl.positional.emplace_back(word);
-      continue;
-    }
-    if (word == "--") {
-      options_done = true;
-      continue;
-    }
-    if (word == "-h" || word == "--help") {
-      cl.help = true;
-      continue;
-    }
-    if (!word.starts_with("--")) return rpc::Failure{fmt::format("unknown option '{}'", word)};
-    std::string_view name = word.substr(2);
-    std::optional<std::string> value;
-    if (const size_t eq = name.find('='); eq != std::string_view::npos) {
-      value = std::string(name.substr(eq + 1));
-      name = name.substr(0, eq);
-    }
-    bool is_known = false;
-    for (std::string_view k : known) is_known = is_known || k == name;
-    if (!is_known) return rpc::Failure{fmt::format("unknown option '--{}'", name)};
-    if (!value) {
-      if (i + 1 >= argc) return rpc::Failure{fmt::format("option '--{}' needs a value", name)};
-      value = argv[++i];
-    }
-    cl.options[std::string(name)] = std::move(*value);
-  }
-  return cl;
+// Adds --transport, --fabric-provider and --verbs-device to `cli`.
+inline void add_transport_options(CLI::App& cli, TransportOptions& t) {
+  cli.add_option("--transport", t.transport, "transport: udp, verbs (RDMA) or fabric (libfabric)")
+      ->check(CLI::IsMember({"udp", "verbs", "fabric"}))
+      ->capture_default_str();
+  cli.add_option("--fabric-provider", t.fabric_provider,
+                 "fabric: the libfabric provider (efa, tcp;ofi_rxm, shm; default: the first "
+                 "RDM provider)");
+  cli.add_option("--verbs-device", t.verbs_device,
+                 "verbs: the RDMA device, as ibv_devices names it (default: the first with an "
+                 "active port)");
 }
 
-// A decimal integer in [min, max], or nothing.
-inline std::optional<uint64_t> parse_uint(std::string_view text, uint64_t min, uint64_t max) {
-  uint64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end || text.empty() || v < min || v > max) return std::nullopt;
-  return v;
+// The local IPv4 address the kernel would use to reach server_uri's host
+// ("host:port"): a connected UDP socket sends nothing, and getsockname says
+// which address it took. The same choice as the benchmarks'
+// (bench/common/connect.cc); a Nexus needs a concrete address, and
+// 127.0.0.1 would not be reachable from another host.
+inline rpc::Result<std::string> local_address_towards(const std::string& server_uri) {
+  const auto colon = server_uri.rfind(':');
+  if (colon == std::string::npos) return rpc::Failure{"'" + server_uri + "' is not HOST:PORT"};
+  const std::string host = server_uri.substr(0, colon);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), server_uri.c_str() + colon + 1, &hints, &res);
+      rc != 0) {
+    return rpc::Failure{"cannot resolve '" + host + "': " + ::gai_strerror(rc)};
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  const int err = errno;
+  ::freeaddrinfo(res);
+  if (fd >= 0) ::close(fd);
+  if (rc != 0) return rpc::Failure{"no route to " + server_uri + ": " + std::strerror(err)};
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+  return std::string(buf);
 }
 
 // Set by SIGINT and SIGTERM once install_stop_signals() has run. A lock-free

@@ -1,25 +1,27 @@
 // hello_client: connects to hello_server's Rpc 0, prints its answer, then
-// measures round-trip latency of 32-byte requests, one outstanding at a time.
+// measures round-trip latency of 32-byte requests, one outstanding at a time,
+// and says when the percentiles are not to be trusted (tools/measure/trust.h:
+// retransmissions, a busy machine, the process descheduled, a lone outlier).
 //
-//   hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
+//   librpc-hello-client [--server HOST:PORT] [--uri HOST:PORT] [--count N]
+//                       [--transport udp|verbs|fabric]
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "app_common.h"
+#include "cli.h"
+#include "histogram.h"
 #include "librpc/rpc_all.h"
+#include "run_info.h"
+#include "trust.h"
 
 namespace {
 
-constexpr std::string_view kDefaultServer = "127.0.0.1:31850";
-constexpr std::string_view kDefaultUri = "127.0.0.1:0";  // port 0: ephemeral
-constexpr uint64_t kDefaultCount = 1000;
 constexpr rpc::ReqType kHelloReqType = 1;
 constexpr rpc::RpcId kServerRpcId = 0;
 constexpr size_t kReqBytes = 32;
@@ -27,30 +29,28 @@ constexpr size_t kReqBytes = 32;
 constexpr auto kConnectBackstop = std::chrono::seconds(10);
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 
-void usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: hello_client [--server HOST:PORT] [--uri HOST:PORT] [--count N]\n"
-             "  --server  hello_server's address (default {})\n"
-             "  --uri     this client's Nexus address (default {})\n"
-             "  --count   round trips to time (default {})\n",
-             kDefaultServer, kDefaultUri, kDefaultCount);
-}
-
-// Nearest-rank percentile of sorted samples. REQUIRES: !sorted.empty().
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
-
 struct Options {
-  std::string server;
-  std::string uri;
-  uint64_t count;
+  std::string server = "127.0.0.1:31850";
+  std::string uri;  // empty: the local address that routes to the server, port 0
+  uint64_t count = 1000;
+  app::TransportOptions transport;
 };
 
-int run(const Options& opt) {
-  rpc::Nexus nexus(rpc::NexusConfig{.uri = opt.uri});
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+// The busy-polling thread: this one.
+constexpr int kBusyCores = 1;
+
+int run(const Options& opt, measure::RunInfo& run_info) {
+  std::string uri = opt.uri;
+  if (uri.empty()) {
+    auto local = app::local_address_towards(opt.server);
+    if (!local) {
+      fmt::print(stderr, "hello_client: {}; give --uri\n", local.error());
+      return app::kExitFailure;
+    }
+    uri = *local + ":0";  // port 0: ephemeral
+  }
+  rpc::Nexus nexus(rpc::NexusConfig{.uri = uri});
+  rpc::Rpc rpc(nexus, opt.transport.rpc_config(0));
   // The Nexus gives up after its sm_timeout_ms, with the reason; the
   // timeout here is only a backstop.
   auto sn = rpc.connect(opt.server, kServerRpcId, kConnectBackstop);
@@ -79,8 +79,10 @@ int run(const Options& opt) {
              text);
 
   using Clock = std::chrono::steady_clock;
-  std::vector<double> latencies_us;
-  latencies_us.reserve(opt.count);
+  measure::Histogram rtt;
+  measure::ContextSwitches context_switches;
+  context_switches.start();
+  const uint64_t retransmissions_before = rpc.stats().retransmissions;
   const auto start = Clock::now();
   for (uint64_t i = 0; i < opt.count; i++) {
     const auto t0 = Clock::now();
@@ -91,39 +93,50 @@ int run(const Options& opt) {
                  rpc::to_string(r.errc));
       return app::kExitFailure;
     }
-    latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    rtt.record(static_cast<uint64_t>(std::chrono::nanoseconds(t1 - t0).count()));
   }
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  context_switches.stop();
+  run_info.finish();
+  const uint64_t retransmissions = rpc.stats().retransmissions - retransmissions_before;
 
-  std::sort(latencies_us.begin(), latencies_us.end());
   fmt::print(
       "{}-byte RPC round trip over {}: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us "
       "({} requests, {:.0f} requests/s)\n",
-      kReqBytes, rpc.transport_name(), percentile(latencies_us, 0.50),
-      percentile(latencies_us, 0.99), latencies_us.back(), opt.count,
+      kReqBytes, rpc.transport_name(), rtt.percentile_us(50), rtt.percentile_us(99),
+      static_cast<double>(rtt.max_ns()) / 1e3, opt.count,
       static_cast<double>(opt.count) / elapsed_s);
+  // Each reason the percentiles above may not show the network.
+  measure::Warnings warnings;
+  warnings.add_and_print(measure::check_retransmissions(retransmissions));
+  warnings.add_and_print(measure::check_load(run_info, kBusyCores));
+  warnings.add_and_print(measure::check_context_switches(context_switches.count()));
+  warnings.add_and_print(measure::check_tail_gap(rtt));
+  if (!warnings.list().empty()) fmt::print("  (the percentiles above are not trustworthy)\n");
   return app::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto cl = app::parse_command_line(argc, argv, 1, {"server", "uri", "count"});
-  if (!cl || cl->help || !cl->positional.empty()) {
-    if (!cl) fmt::print(stderr, "hello_client: {}\n", cl.error());
-    usage(cl && cl->help ? stdout : stderr);
-    return cl && cl->help ? app::kExitOk : app::kExitUsage;
-  }
-  auto count = app::parse_uint(cl->get("count", std::to_string(kDefaultCount)), 1, 100'000'000);
-  if (!count) {
-    fmt::print(stderr, "hello_client: --count wants an integer from 1 to 100000000\n");
-    return app::kExitUsage;
-  }
-  const Options opt{cl->get("server", kDefaultServer), cl->get("uri", kDefaultUri), *count};
+  measure::RunInfo run_info(argc, argv);  // the load average at the start
+  CLI::App cli(
+      "Connects to hello_server's Rpc 0, prints its answer, then times 32-byte round trips.",
+      "librpc-hello-client");
+  Options opt;
+  cli.add_option("--server", opt.server, "hello_server's address HOST:PORT")->capture_default_str();
+  cli.add_option("--uri", opt.uri,
+                 "this client's Nexus address HOST:PORT (default: the local address that routes "
+                 "to the server, port 0)");
+  cli.add_option("--count", opt.count, "round trips to time")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100'000'000}))
+      ->capture_default_str();
+  app::add_transport_options(cli, opt.transport);
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   app::install_stop_signals();
   try {
-    return run(opt);
+    return run(opt, run_info);
   } catch (const rpc::Error& e) {
     fmt::print(stderr, "hello_client: {}\n", e.what());
     return app::kExitFailure;

@@ -2,30 +2,23 @@
 // kHelloReqType with "hello", from Rpc 0 of a Nexus at --uri, until
 // interrupted (SIGINT/SIGTERM) or for --seconds.
 //
-//   hello_server [--uri HOST:PORT] [--seconds N]
+//   librpc-hello-server [--uri HOST:PORT] [--seconds N] [--transport udp|verbs|fabric]
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <string_view>
 
 #include "app_common.h"
+#include "cli.h"
 #include "librpc/rpc_all.h"
 
 namespace {
 
-constexpr std::string_view kDefaultUri = "127.0.0.1:31850";
 constexpr rpc::ReqType kHelloReqType = 1;
 constexpr std::string_view kHello = "hello";
-
-void usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: hello_server [--uri HOST:PORT] [--seconds N]\n"
-             "  --uri      address of this server's Nexus (default {})\n"
-             "  --seconds  stop after N seconds (default: run until SIGINT/SIGTERM)\n",
-             kDefaultUri);
-}
 
 // Foreground handler: the response fits in the preallocated buffer.
 void handle_hello(rpc::ReqHandle& h) {
@@ -38,19 +31,16 @@ void handle_hello(rpc::ReqHandle& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto cl = app::parse_command_line(argc, argv, 1, {"uri", "seconds"});
-  if (!cl || cl->help || !cl->positional.empty()) {
-    if (!cl) fmt::print(stderr, "hello_server: {}\n", cl.error());
-    usage(cl && cl->help ? stdout : stderr);
-    return cl && cl->help ? app::kExitOk : app::kExitUsage;
-  }
-  std::optional<uint64_t> seconds = 0;  // 0: forever
-  if (cl->has("seconds")) seconds = app::parse_uint(cl->get("seconds", ""), 1, 1u << 30);
-  if (!seconds) {
-    fmt::print(stderr, "hello_server: --seconds wants a positive integer\n");
-    return app::kExitUsage;
-  }
-  const std::string uri = cl->get("uri", kDefaultUri);
+  CLI::App cli("Answers every request of type 1 with \"hello\", from Rpc 0.",
+               "librpc-hello-server");
+  std::string uri = "127.0.0.1:31850";
+  uint64_t seconds = 0;  // 0: until SIGINT/SIGTERM
+  app::TransportOptions transport;
+  cli.add_option("--uri", uri, "address HOST:PORT of this server's Nexus")->capture_default_str();
+  cli.add_option("--seconds", seconds, "stop after N seconds (default: run until SIGINT/SIGTERM)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  app::add_transport_options(cli, transport);
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   // Line-buffered so that a script reading our log sees each line at once.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -61,14 +51,14 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "hello_server: {}\n", ok.error());
       return app::kExitFailure;
     }
-    rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+    rpc::Rpc rpc(nexus, transport.rpc_config(0));
     fmt::print("hello_server listening on {} (rpc 0, transport {})\n", nexus.uri(),
                rpc.transport_name());
 
     using Clock = std::chrono::steady_clock;
-    const auto end = Clock::now() + std::chrono::seconds(*seconds);
+    const auto end = Clock::now() + std::chrono::seconds(seconds);
     while (!app::g_stop_requested.load(std::memory_order_relaxed) &&
-           (*seconds == 0 || Clock::now() < end)) {
+           (seconds == 0 || Clock::now() < end)) {
       rpc.run_event_loop(std::chrono::milliseconds(100));
     }
     fmt::print("hello_server: served {} requests\n", rpc.stats().handlers_run);

@@ -2,8 +2,8 @@
 // answers each message with its bytes in reverse order; the client sends
 // one message, prints the answer and checks it.
 //
-//   reverse server [--uri HOST:PORT]
-//   reverse client ADDRESS [MESSAGE | -] [--uri HOST:PORT]
+//   librpc-reverse server [--uri HOST:PORT] [--transport udp|verbs|fabric]
+//   librpc-reverse client ADDRESS [MESSAGE | -] [--uri HOST:PORT] [--transport ...]
 //
 // MESSAGE "-" reads the message from standard input, for messages larger
 // than a command-line argument may be (up to Rpc::max_msg_size()).
@@ -18,30 +18,17 @@
 #include <string_view>
 
 #include "app_common.h"
+#include "cli.h"
 #include "librpc/rpc_all.h"
 
 namespace {
 
-constexpr std::string_view kDefaultServerUri = "127.0.0.1:31851";
-constexpr std::string_view kDefaultClientUri = "127.0.0.1:0";  // port 0: ephemeral
-constexpr std::string_view kDefaultMessage = "Hello, world!";
 constexpr rpc::ReqType kReverseReqType = 1;
 constexpr rpc::RpcId kServerRpcId = 0;
 // Messages longer than this are shown abbreviated.
 constexpr size_t kMaxShownBytes = 64;
 constexpr auto kConnectBackstop = std::chrono::seconds(10);
 constexpr auto kRequestTimeout = std::chrono::seconds(10);
-
-void usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: reverse server [--uri HOST:PORT]\n"
-             "       reverse client ADDRESS [MESSAGE | -] [--uri HOST:PORT]\n"
-             "  server: answers each message reversed; --uri is its address (default {})\n"
-             "  client: sends MESSAGE (default \"{}\"; \"-\" reads standard input) to the\n"
-             "          server at ADDRESS (host:port); --uri is the client's own address\n"
-             "          (default {})\n",
-             kDefaultServerUri, kDefaultMessage, kDefaultClientUri);
-}
 
 std::string_view as_text(const rpc::MsgBuffer& buf, size_t size) {
   return {reinterpret_cast<const char*>(buf.data()), size};
@@ -80,7 +67,7 @@ void handle_reverse(rpc::ReqHandle& h) {
   h.rpc().enqueue_response(h, *resp);
 }
 
-int run_server(const std::string& uri) {
+int run_server(const std::string& uri, const app::TransportOptions& transport) {
   // Line-buffered so that a script reading our log sees each line at once.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   rpc::Nexus nexus(rpc::NexusConfig{.uri = uri});
@@ -88,7 +75,7 @@ int run_server(const std::string& uri) {
     fmt::print(stderr, "reverse server: {}\n", ok.error());
     return app::kExitFailure;
   }
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+  rpc::Rpc rpc(nexus, transport.rpc_config(0));
   fmt::print("reverse server listening on {} (rpc 0, transport {}, messages up to {} bytes)\n",
              nexus.uri(), rpc.transport_name(), rpc.max_msg_size());
   while (!app::g_stop_requested.load(std::memory_order_relaxed)) {
@@ -98,9 +85,18 @@ int run_server(const std::string& uri) {
   return app::kExitOk;
 }
 
-int run_client(const std::string& server, const std::string& uri, const std::string& message) {
+int run_client(const std::string& server, std::string uri, const std::string& message,
+               const app::TransportOptions& transport) {
+  if (uri.empty()) {
+    auto local = app::local_address_towards(server);
+    if (!local) {
+      fmt::print(stderr, "reverse client: {}; give --uri\n", local.error());
+      return app::kExitFailure;
+    }
+    uri = *local + ":0";  // port 0: ephemeral
+  }
   rpc::Nexus nexus(rpc::NexusConfig{.uri = uri});
-  rpc::Rpc rpc(nexus, rpc::RpcConfig{.rpc_id = 0});
+  rpc::Rpc rpc(nexus, transport.rpc_config(0));
   if (message.size() > rpc.max_msg_size()) {
     fmt::print(stderr, "reverse client: the message has {} bytes; at most {} fit in one RPC\n",
                message.size(), rpc.max_msg_size());
@@ -140,34 +136,43 @@ int run_client(const std::string& server, const std::string& uri, const std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string_view mode = argc >= 2 ? argv[1] : "";
-  if (mode == "-h" || mode == "--help") {
-    usage(stdout);
-    return app::kExitOk;
-  }
-  auto cl = app::parse_command_line(argc, argv, 2, {"uri"});
-  const bool server_args = mode == "server" && cl && cl->positional.empty();
-  const bool client_args =
-      mode == "client" && cl && (cl->positional.size() == 1 || cl->positional.size() == 2);
-  if (cl && cl->help) {
-    usage(stdout);
-    return app::kExitOk;
-  }
-  if (!server_args && !client_args) {
-    if (!cl) fmt::print(stderr, "reverse: {}\n", cl.error());
-    usage(stderr);
-    return app::kExitUsage;
-  }
+  CLI::App cli(
+      "The libfabric tutorial's reverse program: the server answers each message with its bytes "
+      "in reverse order; the client sends one message, prints the answer and checks it.",
+      "librpc-reverse");
+  cli.require_subcommand(1);
+  app::TransportOptions transport;
+
+  CLI::App* server_cmd = cli.add_subcommand("server", "answer each message reversed");
+  std::string server_uri = "127.0.0.1:31851";
+  server_cmd->add_option("--uri", server_uri, "this server's Nexus address HOST:PORT")
+      ->capture_default_str();
+  app::add_transport_options(*server_cmd, transport);
+
+  CLI::App* client_cmd = cli.add_subcommand("client", "send one message and check the answer");
+  std::string address;
+  std::string message = "Hello, world!";
+  std::string client_uri;  // empty: the local address that routes to the server, port 0
+  client_cmd->add_option("ADDRESS", address, "the server's address HOST:PORT")->required();
+  client_cmd
+      ->add_option("MESSAGE", message,
+                   "the message; \"-\" reads standard input, for messages larger than a "
+                   "command-line argument may be (up to Rpc::max_msg_size())")
+      ->capture_default_str();
+  client_cmd->add_option("--uri", client_uri,
+                         "this client's Nexus address HOST:PORT (default: the local address "
+                         "that routes to the server, port 0)");
+  app::add_transport_options(*client_cmd, transport);
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
 
   app::install_stop_signals();
+  const char* mode = server_cmd->parsed() ? "server" : "client";
   try {
-    if (server_args) return run_server(cl->get("uri", kDefaultServerUri));
-    std::string message(kDefaultMessage);
-    if (cl->positional.size() == 2) message = cl->positional[1];
+    if (server_cmd->parsed()) return run_server(server_uri, transport);
     if (message == "-") {
       message.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     }
-    return run_client(cl->positional[0], cl->get("uri", kDefaultClientUri), message);
+    return run_client(address, client_uri, message, transport);
   } catch (const rpc::Error& e) {
     fmt::print(stderr, "reverse {}: {}\n", mode, e.what());
     return app::kExitFailure;

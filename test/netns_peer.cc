@@ -45,15 +45,13 @@
 // the link.
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -123,64 +121,25 @@ uint64_t load_id(const uint8_t* p) {
 
 // ------------------------------------------------------------- options
 
-struct Options {
-  std::map<std::string, std::string, std::less<>> values;
-  bool has(std::string_view k) const { return values.find(k) != values.end(); }
-  std::string get(std::string_view k, std::string_view fallback = "") const {
-    auto it = values.find(k);
-    return it == values.end() ? std::string(fallback) : it->second;
-  }
+struct ServerOptions {
+  std::string uri;
+  uint64_t failure_timeout_ms = 1000;
+  uint64_t max_seconds = 300;
 };
 
-// "--name value" pairs; flags (no value) are listed in `flags`.
-std::optional<Options> parse_options(int argc, char** argv, int first,
-                                     std::initializer_list<std::string_view> known,
-                                     std::initializer_list<std::string_view> flags) {
-  Options o;
-  for (int i = first; i < argc; i++) {
-    std::string_view w = argv[i];
-    if (!w.starts_with("--")) {
-      std::fprintf(stderr, "netns_peer: unexpected argument '%s'\n", argv[i]);
-      return std::nullopt;
-    }
-    w.remove_prefix(2);
-    if (std::find(flags.begin(), flags.end(), w) != flags.end()) {
-      o.values[std::string(w)] = "1";
-      continue;
-    }
-    if (std::find(known.begin(), known.end(), w) == known.end()) {
-      std::fprintf(stderr, "netns_peer: unknown option '--%.*s'\n", static_cast<int>(w.size()),
-                   w.data());
-      return std::nullopt;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "netns_peer: option '--%.*s' needs a value\n",
-                   static_cast<int>(w.size()), w.data());
-      return std::nullopt;
-    }
-    o.values[std::string(w)] = argv[++i];
-  }
-  return o;
-}
-
-std::optional<uint64_t> parse_uint(std::string_view s) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-// An unsigned option with a default; exits with a usage error when malformed.
-uint64_t uint_option(const Options& o, std::string_view name, uint64_t fallback) {
-  if (!o.has(name)) return fallback;
-  auto v = parse_uint(o.get(name));
-  if (!v) {
-    std::fprintf(stderr, "netns_peer: --%.*s wants an unsigned integer\n",
-                 static_cast<int>(name.size()), name.data());
-    std::exit(2);
-  }
-  return *v;
-}
+struct ClientOptions {
+  std::string server;
+  std::string uri;
+  uint64_t requests = 0;
+  std::vector<size_t> sizes{0, 1, 1000, 1500, 5000, 70000};
+  uint64_t window = 8;
+  uint64_t rto_us = 5000;
+  uint64_t failure_timeout_ms = 1000;
+  uint64_t duration_ms = 0;
+  uint64_t timeout_s = 60;
+  bool expect_reset = false;
+  bool allow_reset = false;  // ignored with expect_reset
+};
 
 rpc::NexusConfig nexus_config(const std::string& uri, uint32_t failure_timeout_ms) {
   // Heartbeats often enough that a few losses never look like a failure.
@@ -230,16 +189,12 @@ void handle_echo(rpc::ReqHandle& h) {
   h.rpc().enqueue_response(h, resp);
 }
 
-int run_server(const Options& o) {
-  if (!o.has("uri")) {
-    std::fprintf(stderr, "netns_peer server: --uri IP:PORT is required\n");
-    return 2;
-  }
-  const auto failure_timeout = static_cast<uint32_t>(uint_option(o, "failure-timeout-ms", 1000));
-  const uint64_t max_seconds = uint_option(o, "max-seconds", 300);
+int run_server(const ServerOptions& o) {
+  const auto failure_timeout = static_cast<uint32_t>(o.failure_timeout_ms);
+  const uint64_t max_seconds = o.max_seconds;
   ServerState st;
   try {
-    rpc::Nexus nexus(nexus_config(o.get("uri"), failure_timeout));
+    rpc::Nexus nexus(nexus_config(o.uri, failure_timeout));
     if (auto ok = nexus.register_handler(kEchoReqType, handle_echo); !ok) {
       std::fprintf(stderr, "netns_peer server: %s\n", ok.error().c_str());
       return 1;
@@ -416,48 +371,25 @@ uint64_t connect_with_retry(rpc::Rpc& rpc, Client& cl, const std::string& server
   return 0;
 }
 
-std::optional<std::vector<size_t>> parse_sizes(const std::string& text) {
-  std::vector<size_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    auto v = parse_uint(std::string_view(text).substr(pos, comma - pos));
-    if (!v) return std::nullopt;
-    out.push_back(*v);
-    pos = comma + 1;
-  }
-  if (out.empty()) return std::nullopt;
-  return out;
-}
-
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-int run_client(const Options& o) {
-  if (!o.has("server") || !o.has("uri") || !o.has("requests")) {
-    std::fprintf(stderr, "netns_peer client: --server, --uri and --requests are required\n");
-    return 2;
-  }
-  const uint64_t n = uint_option(o, "requests", 0);
-  const size_t window = std::max<uint64_t>(1, uint_option(o, "window", 8));
-  const uint64_t rto_us = uint_option(o, "rto-us", 5000);
-  const auto failure_timeout = static_cast<uint32_t>(uint_option(o, "failure-timeout-ms", 1000));
-  const uint64_t duration_ms = uint_option(o, "duration-ms", 0);
-  const uint64_t timeout_s = uint_option(o, "timeout-s", 60);
-  const bool expect_reset = o.has("expect-reset");
-  const bool allow_reset = o.has("allow-reset") && !expect_reset;
-  auto sizes = parse_sizes(o.get("sizes", "0,1,1000,1500,5000,70000"));
-  if (!sizes || n == 0) {
-    std::fprintf(stderr, "netns_peer client: bad --sizes or --requests\n");
-    return 2;
-  }
-  const std::string server = o.get("server");
+int run_client(const ClientOptions& o) {
+  const uint64_t n = o.requests;
+  const size_t window = std::max<uint64_t>(1, o.window);
+  const uint64_t rto_us = o.rto_us;
+  const auto failure_timeout = static_cast<uint32_t>(o.failure_timeout_ms);
+  const uint64_t duration_ms = o.duration_ms;
+  const uint64_t timeout_s = o.timeout_s;
+  const bool expect_reset = o.expect_reset;
+  const bool allow_reset = o.allow_reset && !expect_reset;
+  const std::string& server = o.server;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::seconds(timeout_s);
 
   Client cl;
-  cl.sizes = *sizes;
+  cl.sizes = o.sizes;
   uint64_t attempts = 0;
   uint64_t reconnect_attempts = 0;
   double reconnect_ms = 0;
@@ -466,7 +398,7 @@ int run_client(const Options& o) {
   std::string why;
   rpc::RpcStats stats;
   try {
-    rpc::Nexus nexus(nexus_config(o.get("uri"), failure_timeout));
+    rpc::Nexus nexus(nexus_config(o.uri, failure_timeout));
     rpc::Rpc rpc(
         nexus, rpc::RpcConfig{
                    .rpc_id = 0,
@@ -661,41 +593,57 @@ int run_client(const Options& o) {
   return pass ? 0 : 1;
 }
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: netns_peer server --uri IP:PORT [--failure-timeout-ms N] "
-               "[--max-seconds S]\n"
-               "       netns_peer client --server IP:PORT --uri IP:0 --requests N [--sizes "
-               "LIST]\n"
-               "                         [--window W] [--rto-us N] [--failure-timeout-ms N]\n"
-               "                         [--duration-ms D] [--timeout-s S] [--expect-reset | "
-               "--allow-reset]\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App cli(
+      "The server and the client of the network-fault tests "
+      "(test/netns/run_netns_tests.sh).",
+      "netns_peer");
+  cli.require_subcommand(1);
+  constexpr uint64_t kMaxU32 = UINT32_MAX;
+
+  ServerOptions so;
+  CLI::App* server_cmd = cli.add_subcommand("server", "echo checked payloads; count handler runs");
+  server_cmd->add_option("--uri", so.uri, "this server's address IP:PORT")->required();
+  server_cmd->add_option("--failure-timeout-ms", so.failure_timeout_ms, "Nexus failure timeout")
+      ->check(CLI::Range(uint64_t{0}, kMaxU32))
+      ->capture_default_str();
+  server_cmd->add_option("--max-seconds", so.max_seconds, "stop after this long")
+      ->capture_default_str();
+
+  ClientOptions co;
+  CLI::App* client_cmd = cli.add_subcommand("client", "send checked requests; check responses");
+  client_cmd->add_option("--server", co.server, "the server's address IP:PORT")->required();
+  client_cmd->add_option("--uri", co.uri, "this client's address IP:0")->required();
+  client_cmd->add_option("--requests", co.requests, "requests to send (per phase)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  client_cmd->add_option("--sizes", co.sizes, "request payload sizes, used in turn")
+      ->delimiter(',')
+      ->capture_default_str();
+  client_cmd->add_option("--window", co.window, "requests outstanding at most")
+      ->capture_default_str();
+  client_cmd->add_option("--rto-us", co.rto_us, "RpcConfig::rto_us")->capture_default_str();
+  client_cmd->add_option("--failure-timeout-ms", co.failure_timeout_ms, "Nexus failure timeout")
+      ->check(CLI::Range(uint64_t{0}, kMaxU32))
+      ->capture_default_str();
+  client_cmd->add_option("--duration-ms", co.duration_ms, "spread the requests over this long")
+      ->capture_default_str();
+  client_cmd->add_option("--timeout-s", co.timeout_s, "give up after this long")
+      ->capture_default_str();
+  client_cmd->add_flag("--expect-reset", co.expect_reset,
+                       "stream until the link goes down, reconnect, send again");
+  client_cmd->add_flag("--allow-reset", co.allow_reset,
+                       "a reset fails the requests in flight; the rest go on a new session");
+
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? 0 : 2;
+  }
   // Line-buffered: the script reads our lines while we run.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 2) {
-    usage();
-    return 2;
-  }
   install_stop_signals();
-  const std::string_view mode = argv[1];
-  if (mode == "server") {
-    auto o = parse_options(argc, argv, 2, {"uri", "failure-timeout-ms", "max-seconds"}, {});
-    if (!o) return 2;
-    return run_server(*o);
-  }
-  if (mode == "client") {
-    auto o = parse_options(argc, argv, 2,
-                           {"server", "uri", "requests", "sizes", "window", "rto-us",
-                            "failure-timeout-ms", "duration-ms", "timeout-s"},
-                           {"expect-reset", "allow-reset"});
-    if (!o) return 2;
-    return run_client(*o);
-  }
-  usage();
-  return 2;
+  return server_cmd->parsed() ? run_server(so) : run_client(co);
 }

@@ -1,5 +1,6 @@
 // Raw UDP echo rate: the "limit of the path" baseline that librpc's small-RPC
-// request rate is compared to. Self-contained: libc + C++ std + fmt only.
+// request rate is compared to. libc, the C++ standard library, fmt and the
+// baseline scaffold (scaffold.h, tools/measure) only.
 //
 //   udp_echo server [--bind IP:PORT] [--batch N]
 //   udp_echo client --server IP:PORT [LOAD OPTIONS]
@@ -20,298 +21,61 @@
 // window. No echo at all for kDeadServerTimeout fails the run.
 //
 // A 0-length datagram stops the server in combined mode; a standalone server
-// runs until killed.
+// runs until killed. Results: bench/compare/SCHEMA.md, workload "rate",
+// --json / --csv.
 
-#include <arpa/inet.h>
 #include <fmt/core.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <thread>
 #include <vector>
+
+#include "scaffold.h"
+#include "udp_socket.h"
 
 namespace {
 
+using baseline::Clock;
+using baseline::format_addr;
+using baseline::is_transient;
+using baseline::RunError;
+using baseline::throw_errno;
+using baseline::UdpSocket;
+
 constexpr std::size_t kMaxUdpPayload = 65507;  // IPv4 UDP maximum
 constexpr std::size_t kSeqBytes = sizeof(std::uint64_t);
-constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
 constexpr std::size_t kMaxWindow = 1024;
-constexpr std::size_t kDefaultSize = 32;
-constexpr std::size_t kDefaultWindow = 8;
-constexpr std::size_t kDefaultBatch = 32;  // = UdpTransport::kMaxBatch
-constexpr double kDefaultDurationS = 5.0;
-constexpr double kDefaultWarmupS = 0.5;
-constexpr double kMaxSeconds = 3600.0;
 constexpr int kSocketBufferBytes = 16 << 20;
-constexpr std::string_view kDefaultBind = "0.0.0.0:7778";
 constexpr auto kStallTimeout = std::chrono::milliseconds(5);
 constexpr auto kDeadServerTimeout = std::chrono::seconds(1);
 
-using Clock = std::chrono::steady_clock;
-
-// Bad command line: reported with the usage text, exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Operational failure (socket error, unresponsive server): exit status 1.
-struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void throw_errno(std::string_view what) {
-  throw RunError(fmt::format("{}: {}", what, std::strerror(errno)));
-}
-
-bool is_transient(int err) {
-  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ENOBUFS;
-}
-
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage:\n"
-             "  udp_echo [LOAD OPTIONS]\n"
-             "      combined mode: echo server thread (CPU 1) + client (CPU 0) over 127.0.0.1\n"
-             "  udp_echo server [--bind IP:PORT] [--batch N]\n"
-             "      echo server, default bind {}; runs until killed\n"
-             "  udp_echo client --server IP:PORT [LOAD OPTIONS]\n"
-             "\n"
-             "load options:\n"
-             "  --size BYTES            datagram payload, {}..{} (default {})\n"
-             "  --window W              datagrams outstanding, 1..{} (default {})\n"
-             "  --batch N               datagrams per sendmmsg/recvmmsg, 1..{} (default {})\n"
-             "  --duration SECONDS      measured interval (default {})\n"
-             "  --warmup-seconds S      unmeasured interval before it (default {})\n"
-             "  --json FILE             also write the result as JSON (bench/compare/SCHEMA.md)\n"
-             "  -h, --help              show this help\n",
-             kDefaultBind, kSeqBytes, kMaxUdpPayload, kDefaultSize, kMaxWindow, kDefaultWindow,
-             kMaxBatch, kDefaultBatch, kDefaultDurationS, kDefaultWarmupS);
-}
-
-// ---------------------------------------------------------------------------
-// Argument parsing
-
-enum class Mode { kCombined, kServer, kClient };
-
 struct Options {
-  Mode mode = Mode::kCombined;
-  std::string bind{kDefaultBind};
-  std::optional<std::string> server;
-  std::size_t size = kDefaultSize;
-  std::size_t window = kDefaultWindow;
-  std::size_t batch = kDefaultBatch;
-  double duration_s = kDefaultDurationS;
-  double warmup_s = kDefaultWarmupS;
-  std::optional<std::string> json;
-  bool help = false;
+  std::size_t size = 32;
+  std::size_t window = 8;
+  std::size_t batch = 32;  // = UdpTransport::kMaxBatch
+  double duration_s = 5.0;
+  double warmup_s = 0.5;
 };
 
-std::size_t parse_size(std::string_view flag, std::string_view text, std::size_t min,
-                       std::size_t max) {
-  std::size_t value = 0;
-  const char* last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ec == std::errc::invalid_argument || ptr != last) {
-    throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", flag, text));
-  }
-  if (ec == std::errc::result_out_of_range || value < min || value > max) {
-    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, text, min, max));
-  }
-  return value;
+void add_load_options(CLI::App& app, Options& opt) {
+  app.add_option("--size", opt.size, "datagram payload bytes")
+      ->check(CLI::Range(kSeqBytes, kMaxUdpPayload))
+      ->capture_default_str();
+  app.add_option("--window", opt.window, "datagrams outstanding")
+      ->check(CLI::Range(std::size_t{1}, kMaxWindow))
+      ->capture_default_str();
+  baseline::add_interval_options(app, opt.duration_s, opt.warmup_s);
 }
-
-double parse_seconds(std::string_view flag, std::string_view text, bool allow_zero) {
-  double value = 0;
-  const char* last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ec != std::errc() || ptr != last || !std::isfinite(value)) {
-    throw UsageError(fmt::format("{}: '{}' is not a number of seconds", flag, text));
-  }
-  if (value < 0 || (value == 0 && !allow_zero) || value > kMaxSeconds) {
-    throw UsageError(fmt::format("{}: {} is out of range ({}{}, {}]", flag, text,
-                                 allow_zero ? "[" : "(", 0, kMaxSeconds));
-  }
-  return value;
-}
-
-sockaddr_in parse_endpoint(std::string_view flag, std::string_view text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
-    throw UsageError(fmt::format("{}: '{}' is not of the form IPV4:PORT", flag, text));
-  }
-  const std::string host(text.substr(0, colon));
-  const auto port = parse_size(flag, text.substr(colon + 1), 0, 65535);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    throw UsageError(fmt::format("{}: '{}' is not an IPv4 address", flag, host));
-  }
-  return addr;
-}
-
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::kServer:
-      return "server";
-    case Mode::kClient:
-      return "client";
-    case Mode::kCombined:
-      break;
-  }
-  return "combined";
-}
-
-// Is `flag` known, and valid in `mode`? Throws UsageError otherwise.
-void check_flag(std::string_view flag, Mode mode) {
-  const bool server_flag = flag == "--bind";
-  const bool client_flag = flag == "--server";
-  const bool any_flag = flag == "--batch";
-  const bool load_flag = flag == "--size" || flag == "--window" || flag == "--duration" ||
-                         flag == "--warmup-seconds" || flag == "--json";
-  if (!server_flag && !client_flag && !any_flag && !load_flag) {
-    throw UsageError(fmt::format("unknown option '{}'", flag));
-  }
-  if ((server_flag && mode != Mode::kServer) || (client_flag && mode != Mode::kClient) ||
-      (load_flag && mode == Mode::kServer)) {
-    throw UsageError(fmt::format("option '{}' is not valid in {} mode", flag, mode_name(mode)));
-  }
-}
-
-void apply_flag(Options& opt, std::string_view flag, std::string_view value) {
-  if (flag == "--bind") {
-    parse_endpoint(flag, value);  // validate early
-    opt.bind = std::string(value);
-  } else if (flag == "--server") {
-    parse_endpoint(flag, value);
-    opt.server = std::string(value);
-  } else if (flag == "--size") {
-    opt.size = parse_size(flag, value, kSeqBytes, kMaxUdpPayload);
-  } else if (flag == "--window") {
-    opt.window = parse_size(flag, value, 1, kMaxWindow);
-  } else if (flag == "--batch") {
-    opt.batch = parse_size(flag, value, 1, kMaxBatch);
-  } else if (flag == "--duration") {
-    opt.duration_s = parse_seconds(flag, value, /*allow_zero=*/false);
-  } else if (flag == "--warmup-seconds") {
-    opt.warmup_s = parse_seconds(flag, value, /*allow_zero=*/true);
-  } else if (flag == "--json") {
-    if (value.empty()) throw UsageError("--json: empty file name");
-    opt.json = std::string(value);
-  }
-}
-
-Options parse_args(int argc, char** argv) {
-  Options opt;
-  std::vector<std::string_view> args(argv + 1, argv + argc);
-  std::size_t i = 0;
-  if (!args.empty() && !args[0].starts_with("-")) {
-    if (args[0] == "server") {
-      opt.mode = Mode::kServer;
-    } else if (args[0] == "client") {
-      opt.mode = Mode::kClient;
-    } else {
-      throw UsageError(fmt::format("unknown mode '{}' (expected 'server' or 'client')", args[0]));
-    }
-    ++i;
-  }
-  for (; i < args.size(); ++i) {
-    const std::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (!arg.starts_with("--")) throw UsageError(fmt::format("unexpected argument '{}'", arg));
-    // Accept both "--flag value" and "--flag=value".
-    std::string_view flag = arg;
-    std::string_view value;
-    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      check_flag(flag, opt.mode);
-    } else {
-      check_flag(flag, opt.mode);
-      if (i + 1 >= args.size()) {
-        throw UsageError(fmt::format("option '{}' requires a value", flag));
-      }
-      value = args[++i];
-    }
-    apply_flag(opt, flag, value);
-  }
-  if (opt.mode == Mode::kClient && !opt.server) {
-    throw UsageError("client mode requires --server IP:PORT");
-  }
-  return opt;
-}
-
-// ---------------------------------------------------------------------------
-// Sockets
-
-// Sets a socket buffer size, beyond net.core.*mem_max when we may (root).
-void set_buffer_bytes(int fd, int force_opt, int opt, int bytes) {
-  if (::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) == 0) return;
-  (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
-}
-
-std::string format_addr(const sockaddr_in& addr) {
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
-  return fmt::format("{}:{}", buf, ntohs(addr.sin_port));
-}
-
-// A nonblocking IPv4 UDP socket with large buffers; owns the descriptor.
-class Socket {
- public:
-  Socket() {
-    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) throw_errno("socket");
-    set_buffer_bytes(fd_, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBufferBytes);
-    set_buffer_bytes(fd_, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBufferBytes);
-  }
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-
-  int fd() const { return fd_; }
-
-  void bind(const sockaddr_in& addr) {
-    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-      throw_errno(fmt::format("bind {}", format_addr(addr)));
-    }
-  }
-
-  sockaddr_in local_addr() const {
-    sockaddr_in addr{};
-    socklen_t len = sizeof addr;
-    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      throw_errno("getsockname");
-    }
-    return addr;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // ---------------------------------------------------------------------------
 // Echo server
@@ -319,7 +83,7 @@ class Socket {
 // Busy-polls `sock` and echoes every datagram back to its sender, `batch` at a
 // time. Returns when a 0-length datagram arrives (if stop_on_empty) or when
 // `stop` becomes true.
-void run_echo_server(Socket& sock, std::size_t batch, bool stop_on_empty,
+void run_echo_server(UdpSocket& sock, std::size_t batch, bool stop_on_empty,
                      const std::atomic<bool>& stop) {
   // Not zero-filled: only the pages datagrams land in get touched.
   auto data = std::make_unique_for_overwrite<char[]>(batch * kMaxUdpPayload);
@@ -431,7 +195,7 @@ class EchoClient {
     outstanding_ = 0;
   }
 
-  Socket sock_;
+  UdpSocket sock_{kSocketBufferBytes};
   sockaddr_in server_;
   std::size_t size_;
   std::size_t window_;
@@ -528,38 +292,46 @@ RateResults EchoClient::run(double warmup_s, double duration_s) {
 // ---------------------------------------------------------------------------
 // Reporting
 
-void write_json(const std::string& path, const Options& opt, const std::string& setup,
-                const RateResults& res, double rps) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw_errno(fmt::format("cannot open {}", path));
-  // `setup` is built by this program from addresses and numbers: no escaping needed.
-  fmt::print(f,
-             "{{\"system\":\"raw_udp\",\"transport\":\"udp\",\"workload\":\"rate\","
-             "\"setup\":\"{}\",\"results\":[{{\"size\":{},\"window\":{},\"sessions\":1,"
-             "\"client_threads\":1,\"server_threads\":1,\"batch\":{},\"duration_s\":{:.6f},"
-             "\"requests\":{},\"rps\":{:.1f},\"rps_per_client_thread\":{:.1f},"
-             "\"rps_per_server_thread\":{:.1f},\"lost\":{},\"stalls\":{}}}]}}\n",
-             setup, opt.size, opt.window, opt.batch, res.duration_s, res.requests, rps, rps, rps,
-             res.lost, res.stalls);
-  const bool write_failed = std::ferror(f) != 0;
-  if (std::fclose(f) != 0 || write_failed) throw_errno(fmt::format("writing {}", path));
-}
-
-void report(const Options& opt, const std::string& setup, const RateResults& res) {
+void report(baseline::Program& program, const Options& opt, const std::string& setup,
+            const RateResults& res) {
   const double rps = static_cast<double>(res.requests) / res.duration_s;
   fmt::print("udp_echo size={} B window={} batch={} rate={:.2f} Mrps ({} requests in {:.2f} s){}\n",
              opt.size, opt.window, opt.batch, rps / 1e6, res.requests, res.duration_s,
              res.stalls ? fmt::format(" lost={} stalls={}", res.lost, res.stalls) : std::string());
+  if (res.stalls != 0) {
+    program.warn(fmt::format("{} stalls wrote off {} datagrams (echoes lost or late)", res.stalls,
+                             res.lost));
+  }
+  program.check_trust();
   std::fflush(stdout);
-  if (opt.json) write_json(*opt.json, opt, setup, res, rps);
+  program.describe("udp", "rate", setup,
+                   {{"size", opt.size},
+                    {"window", opt.window},
+                    {"batch", opt.batch},
+                    {"duration_s", opt.duration_s},
+                    {"warmup_s", opt.warmup_s}});
+  program.result().results.push_back({{"size", opt.size},
+                                      {"window", opt.window},
+                                      {"sessions", 1},
+                                      {"client_threads", 1},
+                                      {"server_threads", 1},
+                                      {"batch", opt.batch},
+                                      {"duration_s", measure::round_to(res.duration_s, 6)},
+                                      {"requests", res.requests},
+                                      {"rps", measure::round_to(rps, 1)},
+                                      {"rps_per_client_thread", measure::round_to(rps, 1)},
+                                      {"rps_per_server_thread", measure::round_to(rps, 1)},
+                                      {"lost", res.lost},
+                                      {"stalls", res.stalls}});
+  program.write_outputs();
 }
 
 // ---------------------------------------------------------------------------
 // Modes
 
-int run_server_mode(const Options& opt) {
-  Socket sock;
-  sock.bind(parse_endpoint("--bind", opt.bind));
+int run_server_mode(const std::string& bind, const Options& opt) {
+  UdpSocket sock(kSocketBufferBytes);
+  sock.bind(baseline::parse_endpoint("--bind", bind));
   fmt::print("udp_echo server: busy-polling on {} (batch {}), Ctrl-C to stop\n",
              format_addr(sock.local_addr()), opt.batch);
   std::fflush(stdout);
@@ -568,11 +340,13 @@ int run_server_mode(const Options& opt) {
   return 0;
 }
 
-int run_client_mode(const Options& opt) {
-  const sockaddr_in server = parse_endpoint("--server", *opt.server);
+int run_client_mode(baseline::Program& program, const std::string& server_text,
+                    const Options& opt) {
+  const sockaddr_in server = baseline::parse_endpoint("--server", server_text);
   EchoClient client(server, opt);
-  const RateResults res = client.run(opt.warmup_s, opt.duration_s);
-  report(opt,
+  const RateResults res =
+      program.measured(1, [&] { return client.run(opt.warmup_s, opt.duration_s); });
+  report(program, opt,
          fmt::format("client (1 thread, unpinned) of udp_echo server {}; sendmmsg/recvmmsg "
                      "batch {}; busy-polled",
                      format_addr(server), opt.batch),
@@ -580,71 +354,22 @@ int run_client_mode(const Options& opt) {
   return 0;
 }
 
-bool pin_thread(pthread_t thread, int cpu, std::string_view who) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (const int rc = pthread_setaffinity_np(thread, sizeof set, &set); rc != 0) {
-    fmt::print(stderr, "udp_echo: warning: cannot pin {} to CPU {}: {}\n", who, cpu,
-               std::strerror(rc));
-    return false;
-  }
-  return true;
-}
-
-// Both CPU 0 and CPU 1 must be available to us.
-bool can_pin_to_cpus_0_and_1() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
-  return CPU_COUNT(&allowed) >= 2 && CPU_ISSET(0, &allowed) && CPU_ISSET(1, &allowed);
-}
-
-int run_combined_mode(const Options& opt) {
-  const bool can_pin = can_pin_to_cpus_0_and_1();
-  Socket server_sock;
-  sockaddr_in bind_addr{};
-  bind_addr.sin_family = AF_INET;
-  bind_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind_addr.sin_port = 0;  // ephemeral: never collides with a running server
-  server_sock.bind(bind_addr);
+int run_combined_mode(baseline::Program& program, const Options& opt) {
+  UdpSocket server_sock(kSocketBufferBytes);
+  server_sock.bind(baseline::loopback_any_port());
   const sockaddr_in server_addr = server_sock.local_addr();
-
-  std::atomic<bool> stop{false};
-  std::exception_ptr server_error;
-  std::thread server([&] {
-    try {
-      run_echo_server(server_sock, opt.batch, /*stop_on_empty=*/true, stop);
-    } catch (...) {
-      server_error = std::current_exception();
-    }
-  });
-
-  const bool pinned = can_pin && pin_thread(server.native_handle(), 1, "server thread") &&
-                      pin_thread(pthread_self(), 0, "client thread");
-  const std::string pinning = pinned
-                                  ? "server thread pinned to CPU 1, client pinned to CPU 0"
-                                  : fmt::format("NOT pinned ({}); server and client threads float",
-                                                can_pin ? "pthread_setaffinity_np failed"
-                                                        : "CPUs 0 and 1 not both available");
-  fmt::print("udp_echo: combined mode on {}: {}\n", format_addr(server_addr), pinning);
-  std::fflush(stdout);
-
   RateResults res;
-  std::exception_ptr client_error;
-  try {
-    EchoClient client(server_addr, opt);
-    res = client.run(opt.warmup_s, opt.duration_s);
-    client.send_stop();
-  } catch (...) {
-    client_error = std::current_exception();
-  }
-  stop.store(true, std::memory_order_relaxed);  // in case the stop datagram was lost
-  server.join();
-
-  if (server_error) std::rethrow_exception(server_error);
-  if (client_error) std::rethrow_exception(client_error);
-  report(opt,
+  const std::string pinning = baseline::run_both(
+      "udp_echo", server_addr,
+      [&](const std::atomic<bool>& stop) {
+        run_echo_server(server_sock, opt.batch, /*stop_on_empty=*/true, stop);
+      },
+      [&] {
+        EchoClient client(server_addr, opt);
+        res = program.measured(2, [&] { return client.run(opt.warmup_s, opt.duration_s); });
+        client.send_stop();
+      });
+  report(program, opt,
          fmt::format("combined: 1 process over 127.0.0.1, {}; sendmmsg/recvmmsg batch {}; "
                      "busy-polled",
                      pinning, opt.batch),
@@ -655,30 +380,18 @@ int run_combined_mode(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baseline::Program program("udp_echo", "raw_udp",
+                            "Raw UDP echo rate with sendmmsg/recvmmsg batching: the request-rate "
+                            "limit librpc's small-RPC throughput is compared to.",
+                            argc, argv);
   Options opt;
-  try {
-    opt = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "udp_echo: error: {}\n", e.what());
-    print_usage(stderr);
-    return 2;
-  }
-  if (opt.help) {
-    print_usage(stdout);
-    return 0;
-  }
-  try {
-    switch (opt.mode) {
-      case Mode::kServer:
-        return run_server_mode(opt);
-      case Mode::kClient:
-        return run_client_mode(opt);
-      case Mode::kCombined:
-        return run_combined_mode(opt);
-    }
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "udp_echo: error: {}\n", e.what());
-    return 1;
-  }
-  return 1;
+  baseline::Modes modes(
+      program, "0.0.0.0:7778",
+      {.client = [&](CLI::App& app) { add_load_options(app, opt); },
+       .shared = [&](CLI::App& app) { baseline::add_batch_option(app, opt.batch); }});
+  return program.run(argc, argv, [&] {
+    if (modes.server()) return run_server_mode(modes.bind, opt);
+    if (modes.client()) return run_client_mode(program, modes.server_address, opt);
+    return run_combined_mode(program, opt);
+  });
 }

@@ -1,7 +1,9 @@
 // Raw one-way UDP stream: the "limit of the path" baseline that librpc's
 // large-message goodput is compared to (librpc sends an 8 MiB message as
 // 1472-byte datagrams, the udp transport's datagram for a 1500 MTU).
-// Self-contained: libc + C++ std + fmt only.
+// libc, the C++ standard library, fmt and the baseline scaffold
+// (scaffold.h, tools/measure) only. Results: bench/compare/SCHEMA.md,
+// workload "goodput", --json / --csv.
 //
 //   udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]   (receiver)
 //   udp_stream client --server IP:PORT [LOAD OPTIONS]                    (sender)
@@ -63,36 +65,37 @@
 //   a 0-length datagram stops the receiver in combined mode; a standalone
 //   receiver runs until killed.
 
-#include <arpa/inet.h>
 #include <fmt/core.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <thread>
 #include <vector>
 
+#include "cli.h"
+#include "scaffold.h"
+#include "udp_socket.h"
+
 namespace {
+
+using baseline::Clock;
+using baseline::format_addr;
+using baseline::is_transient;
+using baseline::RunError;
+using baseline::throw_errno;
+using baseline::UdpSocket;
 
 constexpr std::size_t kMaxUdpPayload = 65507;  // IPv4 UDP maximum
 // UDP GSO/GRO bounds: segments in one send (the kernel's UDP_MAX_SEGMENTS; its
@@ -105,22 +108,11 @@ static_assert(kGroBufferBytes >= kMaxUdpPayload);
 constexpr std::size_t kCmsgBytes = CMSG_SPACE(sizeof(int));
 static_assert(CMSG_SPACE(sizeof(std::uint16_t)) <= kCmsgBytes);
 constexpr std::size_t kRunIdBytes = sizeof(std::uint64_t);
-constexpr std::size_t kMaxBatch = 1024;  // UIO_MAXIOV: the kernel's cap on vlen
 constexpr std::size_t kMaxWindow = 1 << 20;
-constexpr std::size_t kDefaultDatagramSize = 1472;  // 1500 MTU - IPv4 and UDP headers
-constexpr std::size_t kDefaultWindow = 256;
-constexpr std::size_t kDefaultBatch = 32;  // = UdpTransport::kMaxBatch
-constexpr std::size_t kDefaultCreditEvery = 32;
 constexpr std::size_t kCreditBatch = 16;  // credits drained per recvmmsg
-constexpr double kDefaultDurationS = 3.0;
-constexpr double kDefaultWarmupS = 0.5;
-constexpr double kMaxSeconds = 3600.0;
 constexpr int kSocketBufferBytes = 32 << 20;
-constexpr std::string_view kDefaultBind = "0.0.0.0:7779";
 constexpr auto kStallTimeout = std::chrono::milliseconds(5);
 constexpr auto kDeadReceiverTimeout = std::chrono::seconds(1);
-
-using Clock = std::chrono::steady_clock;
 
 struct Credit {
   std::uint64_t run_id;
@@ -129,289 +121,54 @@ struct Credit {
 };
 static_assert(sizeof(Credit) == 24);
 
-// Bad command line: reported with the usage text, exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Operational failure (socket error, unresponsive receiver): exit status 1.
-struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void throw_errno(std::string_view what) {
-  throw RunError(fmt::format("{}: {}", what, std::strerror(errno)));
-}
-
-bool is_transient(int err) {
-  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ENOBUFS;
-}
-
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage:\n"
-             "  udp_stream [LOAD OPTIONS] [--credit-every N]\n"
-             "      combined mode: receiver thread (CPU 1) + sender (CPU 0) over 127.0.0.1\n"
-             "  udp_stream server [--bind IP:PORT] [--batch N] [--credit-every N]\n"
-             "                    [--offload on|off]\n"
-             "      receiver, default bind {}; runs until killed\n"
-             "  udp_stream client --server IP:PORT [LOAD OPTIONS]\n"
-             "      sender; reports the goodput the receiver's credits show\n"
-             "\n"
-             "load options:\n"
-             "  --datagram-size BYTES   datagram payload, {}..{} (default {})\n"
-             "  --window-datagrams W    datagrams sent but not yet credited, 1..{} (default {})\n"
-             "  --batch N               datagrams per sendmmsg/recvmmsg, 1..{} (default {})\n"
-             "  --duration SECONDS      measured interval (default {})\n"
-             "  --warmup-seconds S      unmeasured interval before it (default {})\n"
-             "  --json FILE             also write the result as JSON (bench/compare/SCHEMA.md)\n"
-             "receiver option:\n"
-             "  --credit-every N        credit after N datagrams, and when drained (default {})\n"
-             "any mode:\n"
-             "  --offload on|off        UDP GSO sends / UDP GRO receives (default off). Sender:\n"
-             "                          each batch goes as messages of up to {} datagrams and\n"
-             "                          {} bytes with UDP_SEGMENT. Receiver: UDP_GRO on, --batch\n"
-             "                          counts (possibly merged) messages of up to {} bytes.\n"
-             "                          Fails if the kernel refuses UDP_SEGMENT or UDP_GRO.\n"
-             "  --message-bytes N       send from / receive into N-byte buffers walked in\n"
-             "                          order, as N-byte messages would be (default 0: small\n"
-             "                          buffers that stay in cache); up to 1 GiB\n"
-             "  -h, --help              show this help\n",
-             kDefaultBind, kRunIdBytes, kMaxUdpPayload, kDefaultDatagramSize, kMaxWindow,
-             kDefaultWindow, kMaxBatch, kDefaultBatch, kDefaultDurationS, kDefaultWarmupS,
-             kDefaultCreditEvery, kMaxGsoSegments, kMaxUdpPayload, kGroBufferBytes);
-}
-
-// ---------------------------------------------------------------------------
-// Argument parsing
-
-enum class Mode { kCombined, kServer, kClient };
-
 struct Options {
-  Mode mode = Mode::kCombined;
-  std::string bind{kDefaultBind};
-  std::optional<std::string> server;
-  std::size_t datagram_size = kDefaultDatagramSize;
-  std::size_t window = kDefaultWindow;
-  std::size_t batch = kDefaultBatch;
-  std::size_t credit_every = kDefaultCreditEvery;
+  std::size_t datagram_size = 1472;  // 1500 MTU - IPv4 and UDP headers
+  std::size_t window = 256;
+  std::size_t batch = 32;  // = UdpTransport::kMaxBatch
+  std::size_t credit_every = 32;
   bool offload = false;           // UDP GSO (sender) and UDP GRO (receiver)
   std::size_t message_bytes = 0;  // 0: cache-resident buffers; else walk N-byte buffers
-  double duration_s = kDefaultDurationS;
-  double warmup_s = kDefaultWarmupS;
-  std::optional<std::string> json;
-  bool help = false;
+  double duration_s = 3.0;
+  double warmup_s = 0.5;
 };
 
-std::size_t parse_size(std::string_view flag, std::string_view text, std::size_t min,
-                       std::size_t max) {
-  std::size_t value = 0;
-  const char* last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ec == std::errc::invalid_argument || ptr != last) {
-    throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", flag, text));
-  }
-  if (ec == std::errc::result_out_of_range || value < min || value > max) {
-    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, text, min, max));
-  }
-  return value;
+// The sender's options.
+void add_load_options(CLI::App& app, Options& opt) {
+  app.add_option("--datagram-size", opt.datagram_size, "datagram payload bytes")
+      ->check(CLI::Range(kRunIdBytes, kMaxUdpPayload))
+      ->capture_default_str();
+  app.add_option("--window-datagrams", opt.window, "datagrams sent but not yet credited")
+      ->check(CLI::Range(std::size_t{1}, kMaxWindow))
+      ->capture_default_str();
+  baseline::add_interval_options(app, opt.duration_s, opt.warmup_s);
 }
 
-double parse_seconds(std::string_view flag, std::string_view text, bool allow_zero) {
-  double value = 0;
-  const char* last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ec != std::errc() || ptr != last || !std::isfinite(value)) {
-    throw UsageError(fmt::format("{}: '{}' is not a number of seconds", flag, text));
-  }
-  if (value < 0 || (value == 0 && !allow_zero) || value > kMaxSeconds) {
-    throw UsageError(fmt::format("{}: {} is out of range ({}{}, {}]", flag, text,
-                                 allow_zero ? "[" : "(", 0, kMaxSeconds));
-  }
-  return value;
+// The receiver's options.
+void add_receiver_options(CLI::App& app, Options& opt) {
+  app.add_option("--credit-every", opt.credit_every,
+                 "credit after N datagrams, and when the queue is drained")
+      ->check(CLI::Range(std::size_t{1}, kMaxWindow))
+      ->capture_default_str();
 }
 
-sockaddr_in parse_endpoint(std::string_view flag, std::string_view text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
-    throw UsageError(fmt::format("{}: '{}' is not of the form IPV4:PORT", flag, text));
-  }
-  const std::string host(text.substr(0, colon));
-  const auto port = parse_size(flag, text.substr(colon + 1), 0, 65535);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    throw UsageError(fmt::format("{}: '{}' is not an IPv4 address", flag, host));
-  }
-  return addr;
+// Both ends' options.
+void add_shared_options(CLI::App& app, Options& opt) {
+  baseline::add_batch_option(app, opt.batch);
+  app.add_option("--offload", opt.offload,
+                 fmt::format("on: UDP GSO sends (messages of up to {} datagrams and {} bytes "
+                             "with UDP_SEGMENT), UDP GRO receives (--batch counts possibly "
+                             "merged messages of up to {} bytes); fails if the kernel refuses "
+                             "either",
+                             kMaxGsoSegments, kMaxUdpPayload, kGroBufferBytes))
+      ->check(CLI::IsMember({"on", "off"}))
+      ->type_name("on|off")
+      ->default_str("off");
+  measure::add_size_option(app, "--message-bytes", opt.message_bytes,
+                           "send from / receive into N-byte buffers walked in order, as N-byte "
+                           "messages would be (0: small buffers that stay in cache)",
+                           0, std::size_t{1} << 30)
+      ->capture_default_str();
 }
-
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::kServer:
-      return "server";
-    case Mode::kClient:
-      return "client";
-    case Mode::kCombined:
-      break;
-  }
-  return "combined";
-}
-
-// Is `flag` known, and valid in `mode`? Throws UsageError otherwise.
-void check_flag(std::string_view flag, Mode mode) {
-  const bool server_flag = flag == "--bind";
-  const bool client_flag = flag == "--server";
-  const bool receiver_flag = flag == "--credit-every";
-  const bool any_flag = flag == "--batch" || flag == "--offload" || flag == "--message-bytes";
-  const bool load_flag = flag == "--datagram-size" || flag == "--window-datagrams" ||
-                         flag == "--duration" || flag == "--warmup-seconds" || flag == "--json";
-  if (!server_flag && !client_flag && !receiver_flag && !any_flag && !load_flag) {
-    throw UsageError(fmt::format("unknown option '{}'", flag));
-  }
-  if ((server_flag && mode != Mode::kServer) || (client_flag && mode != Mode::kClient) ||
-      (receiver_flag && mode == Mode::kClient) || (load_flag && mode == Mode::kServer)) {
-    throw UsageError(fmt::format("option '{}' is not valid in {} mode", flag, mode_name(mode)));
-  }
-}
-
-void apply_flag(Options& opt, std::string_view flag, std::string_view value) {
-  if (flag == "--bind") {
-    parse_endpoint(flag, value);  // validate early
-    opt.bind = std::string(value);
-  } else if (flag == "--server") {
-    parse_endpoint(flag, value);
-    opt.server = std::string(value);
-  } else if (flag == "--datagram-size") {
-    opt.datagram_size = parse_size(flag, value, kRunIdBytes, kMaxUdpPayload);
-  } else if (flag == "--window-datagrams") {
-    opt.window = parse_size(flag, value, 1, kMaxWindow);
-  } else if (flag == "--batch") {
-    opt.batch = parse_size(flag, value, 1, kMaxBatch);
-  } else if (flag == "--credit-every") {
-    opt.credit_every = parse_size(flag, value, 1, kMaxWindow);
-  } else if (flag == "--offload") {
-    if (value != "on" && value != "off") {
-      throw UsageError(fmt::format("--offload: '{}' is not on or off", value));
-    }
-    opt.offload = value == "on";
-  } else if (flag == "--message-bytes") {
-    opt.message_bytes = parse_size(flag, value, 0, std::size_t{1} << 30);
-  } else if (flag == "--duration") {
-    opt.duration_s = parse_seconds(flag, value, /*allow_zero=*/false);
-  } else if (flag == "--warmup-seconds") {
-    opt.warmup_s = parse_seconds(flag, value, /*allow_zero=*/true);
-  } else if (flag == "--json") {
-    if (value.empty()) throw UsageError("--json: empty file name");
-    opt.json = std::string(value);
-  }
-}
-
-Options parse_args(int argc, char** argv) {
-  Options opt;
-  std::vector<std::string_view> args(argv + 1, argv + argc);
-  std::size_t i = 0;
-  if (!args.empty() && !args[0].starts_with("-")) {
-    if (args[0] == "server") {
-      opt.mode = Mode::kServer;
-    } else if (args[0] == "client") {
-      opt.mode = Mode::kClient;
-    } else {
-      throw UsageError(fmt::format("unknown mode '{}' (expected 'server' or 'client')", args[0]));
-    }
-    ++i;
-  }
-  for (; i < args.size(); ++i) {
-    const std::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (!arg.starts_with("--")) throw UsageError(fmt::format("unexpected argument '{}'", arg));
-    // Accept both "--flag value" and "--flag=value".
-    std::string_view flag = arg;
-    std::string_view value;
-    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      check_flag(flag, opt.mode);
-    } else {
-      check_flag(flag, opt.mode);
-      if (i + 1 >= args.size()) {
-        throw UsageError(fmt::format("option '{}' requires a value", flag));
-      }
-      value = args[++i];
-    }
-    apply_flag(opt, flag, value);
-  }
-  if (opt.mode == Mode::kClient && !opt.server) {
-    throw UsageError("client mode requires --server IP:PORT");
-  }
-  return opt;
-}
-
-// ---------------------------------------------------------------------------
-// Sockets
-
-// Sets a socket buffer size, beyond net.core.*mem_max when we may (root).
-void set_buffer_bytes(int fd, int force_opt, int opt, int bytes) {
-  if (::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) == 0) return;
-  (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
-}
-
-std::string format_addr(const sockaddr_in& addr) {
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
-  return fmt::format("{}:{}", buf, ntohs(addr.sin_port));
-}
-
-// A nonblocking IPv4 UDP socket with large buffers; owns the descriptor.
-class Socket {
- public:
-  Socket() {
-    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) throw_errno("socket");
-    set_buffer_bytes(fd_, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBufferBytes);
-    set_buffer_bytes(fd_, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBufferBytes);
-  }
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-
-  int fd() const { return fd_; }
-
-  void bind(const sockaddr_in& addr) {
-    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-      throw_errno(fmt::format("bind {}", format_addr(addr)));
-    }
-  }
-
-  // Sets a UDP-level option for --offload on. Throws if the kernel refuses it:
-  // the run must not measure the plain path under the offload's name.
-  void require_udp_option(int option, int value, std::string_view name, std::string_view since) {
-    if (::setsockopt(fd_, SOL_UDP, option, &value, sizeof value) != 0) {
-      throw RunError(fmt::format(
-          "--offload on, but the kernel refuses {} (setsockopt SOL_UDP {}: {}; it needs "
-          "Linux {} or later); rerun with --offload off",
-          name, name, std::strerror(errno), since));
-    }
-  }
-
-  sockaddr_in local_addr() const {
-    sockaddr_in addr{};
-    socklen_t len = sizeof addr;
-    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      throw_errno("getsockname");
-    }
-    return addr;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Room for one control message, aligned as the CMSG_* macros need.
 union CmsgBuffer {
@@ -421,12 +178,12 @@ union CmsgBuffer {
 
 // Turns UDP GRO on (Linux 5.0+): merged receives, whose segment size a UDP_GRO
 // control message names. Throws RunError if the kernel refuses.
-void enable_gro(Socket& sock) { sock.require_udp_option(UDP_GRO, 1, "UDP_GRO", "5.0"); }
+void enable_gro(UdpSocket& sock) { sock.require_udp_option(UDP_GRO, 1, "UDP_GRO", "5.0"); }
 
 // Makes UDP GSO available (Linux 4.18+). The socket's default segment size
 // stays 0: only sends with a UDP_SEGMENT control message are segmented.
 // Throws RunError if the kernel refuses.
-void enable_gso(Socket& sock) { sock.require_udp_option(UDP_SEGMENT, 0, "UDP_SEGMENT", "4.18"); }
+void enable_gso(UdpSocket& sock) { sock.require_udp_option(UDP_SEGMENT, 0, "UDP_SEGMENT", "4.18"); }
 
 // ---------------------------------------------------------------------------
 // Receiver
@@ -437,7 +194,7 @@ void enable_gso(Socket& sock) { sock.require_udp_option(UDP_SEGMENT, 0, "UDP_SEG
 // per recvmmsg may be a merged run of datagrams.
 class StreamReceiver {
  public:
-  StreamReceiver(Socket& sock, std::size_t batch, std::size_t credit_every, bool offload,
+  StreamReceiver(UdpSocket& sock, std::size_t batch, std::size_t credit_every, bool offload,
                  std::size_t message_bytes)
       : sock_(sock),
         batch_(batch),
@@ -470,7 +227,7 @@ class StreamReceiver {
   bool count_batch(std::size_t got, bool stop_on_empty);
   void send_credit();
 
-  Socket& sock_;
+  UdpSocket& sock_;
   std::size_t batch_;
   std::size_t credit_every_;
   bool offload_;
@@ -653,7 +410,7 @@ class StreamSender {
   void advance_sends(std::size_t sent_msgs);
   void top_up_window();
 
-  Socket sock_;
+  UdpSocket sock_{kSocketBufferBytes};
   sockaddr_in receiver_;
   std::size_t window_;
   std::size_t batch_;
@@ -793,23 +550,8 @@ GoodputResults StreamSender::run(double warmup_s, double duration_s) {
 // ---------------------------------------------------------------------------
 // Reporting
 
-void write_json(const std::string& path, const Options& opt, const std::string& setup,
-                const GoodputResults& res, double gbps) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw_errno(fmt::format("cannot open {}", path));
-  // `setup` is built by this program from addresses and numbers: no escaping needed.
-  fmt::print(f,
-             "{{\"system\":\"raw_udp\",\"transport\":\"udp\",\"workload\":\"goodput\","
-             "\"setup\":\"{}\",\"results\":[{{\"size\":{},\"window\":{},\"batch\":{},"
-             "\"duration_s\":{:.6f},\"messages\":{},\"bytes\":{},\"gbps\":{:.4f},"
-             "\"stalls\":{},\"lost\":{},\"offload\":{},\"message_bytes\":{}}}]}}\n",
-             setup, opt.datagram_size, opt.window, opt.batch, res.duration_s, res.datagrams,
-             res.bytes, gbps, res.stalls, res.lost, opt.offload, opt.message_bytes);
-  const bool write_failed = std::ferror(f) != 0;
-  if (std::fclose(f) != 0 || write_failed) throw_errno(fmt::format("writing {}", path));
-}
-
-void report(const Options& opt, const std::string& setup, const GoodputResults& res) {
+void report(baseline::Program& program, const Options& opt, const std::string& setup,
+            const GoodputResults& res) {
   const double gbps = static_cast<double>(res.bytes) * 8 / 1e9 / res.duration_s;
   fmt::print(
       "udp_stream datagram={} B window={} batch={} offload={} message_bytes={} goodput={:.2f} "
@@ -817,16 +559,41 @@ void report(const Options& opt, const std::string& setup, const GoodputResults& 
       opt.datagram_size, opt.window, opt.batch, opt.offload ? "on" : "off", opt.message_bytes, gbps,
       res.datagrams, static_cast<double>(res.bytes) / (1 << 20), res.duration_s,
       res.stalls ? fmt::format(" stalls={} lost={}", res.stalls, res.lost) : std::string());
+  if (res.stalls != 0) {
+    program.warn(fmt::format("{} stalls: the window was written off ({} datagrams lost in the run)",
+                             res.stalls, res.lost));
+  }
+  program.check_trust();
   std::fflush(stdout);
-  if (opt.json) write_json(*opt.json, opt, setup, res, gbps);
+  program.describe("udp", "goodput", setup,
+                   {{"datagram_size", opt.datagram_size},
+                    {"window", opt.window},
+                    {"batch", opt.batch},
+                    {"credit_every", opt.credit_every},
+                    {"offload", opt.offload},
+                    {"message_bytes", opt.message_bytes},
+                    {"duration_s", opt.duration_s},
+                    {"warmup_s", opt.warmup_s}});
+  program.result().results.push_back({{"size", opt.datagram_size},
+                                      {"window", opt.window},
+                                      {"batch", opt.batch},
+                                      {"duration_s", measure::round_to(res.duration_s, 6)},
+                                      {"messages", res.datagrams},
+                                      {"bytes", res.bytes},
+                                      {"gbps", measure::round_to(gbps, 4)},
+                                      {"stalls", res.stalls},
+                                      {"lost", res.lost},
+                                      {"offload", opt.offload},
+                                      {"message_bytes", opt.message_bytes}});
+  program.write_outputs();
 }
 
 // ---------------------------------------------------------------------------
 // Modes
 
-int run_server_mode(const Options& opt) {
-  Socket sock;
-  sock.bind(parse_endpoint("--bind", opt.bind));
+int run_server_mode(const std::string& bind, const Options& opt) {
+  UdpSocket sock(kSocketBufferBytes);
+  sock.bind(baseline::parse_endpoint("--bind", bind));
   if (opt.offload) enable_gro(sock);
   fmt::print(
       "udp_stream receiver: busy-polling on {} (batch {}, credit every {}, UDP GRO {}), "
@@ -852,86 +619,39 @@ std::string describe_flow(const Options& opt) {
                      opt.batch, offload, opt.window, memory);
 }
 
-int run_client_mode(const Options& opt) {
-  const sockaddr_in receiver = parse_endpoint("--server", *opt.server);
+int run_client_mode(baseline::Program& program, const std::string& server, const Options& opt) {
+  const sockaddr_in receiver = baseline::parse_endpoint("--server", server);
   StreamSender sender(receiver, opt);
-  const GoodputResults res = sender.run(opt.warmup_s, opt.duration_s);
-  report(opt,
+  const GoodputResults res =
+      program.measured(1, [&] { return sender.run(opt.warmup_s, opt.duration_s); });
+  report(program, opt,
          fmt::format("sender (1 thread, unpinned) to udp_stream receiver {}; {}",
                      format_addr(receiver), describe_flow(opt)),
          res);
   return 0;
 }
 
-bool pin_thread(pthread_t thread, int cpu, std::string_view who) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (const int rc = pthread_setaffinity_np(thread, sizeof set, &set); rc != 0) {
-    fmt::print(stderr, "udp_stream: warning: cannot pin {} to CPU {}: {}\n", who, cpu,
-               std::strerror(rc));
-    return false;
-  }
-  return true;
-}
-
-// Both CPU 0 and CPU 1 must be available to us.
-bool can_pin_to_cpus_0_and_1() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
-  return CPU_COUNT(&allowed) >= 2 && CPU_ISSET(0, &allowed) && CPU_ISSET(1, &allowed);
-}
-
-int run_combined_mode(const Options& opt) {
-  const bool can_pin = can_pin_to_cpus_0_and_1();
-  Socket receiver_sock;
-  sockaddr_in bind_addr{};
-  bind_addr.sin_family = AF_INET;
-  bind_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind_addr.sin_port = 0;  // ephemeral: never collides with a running receiver
-  receiver_sock.bind(bind_addr);
+int run_combined_mode(baseline::Program& program, const Options& opt) {
+  UdpSocket receiver_sock(kSocketBufferBytes);
+  receiver_sock.bind(baseline::loopback_any_port());
   if (opt.offload) enable_gro(receiver_sock);  // before the thread: a refusal fails the run here
   const sockaddr_in receiver_addr = receiver_sock.local_addr();
-
-  std::atomic<bool> stop{false};
-  std::exception_ptr receiver_error;
-  std::thread receiver([&] {
-    try {
-      StreamReceiver(receiver_sock, opt.batch, opt.credit_every, opt.offload, opt.message_bytes)
-          .run(/*stop_on_empty=*/true, stop);
-    } catch (...) {
-      receiver_error = std::current_exception();
-    }
-  });
-
-  const bool pinned = can_pin && pin_thread(receiver.native_handle(), 1, "receiver thread") &&
-                      pin_thread(pthread_self(), 0, "sender thread");
-  const std::string pinning =
-      pinned ? "receiver (server) thread pinned to CPU 1, sender (client) pinned to CPU 0"
-             : fmt::format(
-                   "NOT pinned ({}); receiver and sender threads float",
-                   can_pin ? "pthread_setaffinity_np failed" : "CPUs 0 and 1 not both available");
-  fmt::print("udp_stream: combined mode on {}: {}\n", format_addr(receiver_addr), pinning);
-  std::fflush(stdout);
-
   GoodputResults res;
-  std::exception_ptr sender_error;
-  try {
-    StreamSender sender(receiver_addr, opt);
-    res = sender.run(opt.warmup_s, opt.duration_s);
-    sender.send_stop();
-  } catch (...) {
-    sender_error = std::current_exception();
-  }
-  stop.store(true, std::memory_order_relaxed);  // in case the stop datagram was lost
-  receiver.join();
-
-  if (receiver_error) std::rethrow_exception(receiver_error);
-  if (sender_error) std::rethrow_exception(sender_error);
-  report(opt,
-         fmt::format("combined: 1 process over 127.0.0.1, {}; {}; credit every {}", pinning,
-                     describe_flow(opt), opt.credit_every),
+  const std::string pinning = baseline::run_both(
+      "udp_stream", receiver_addr,
+      [&](const std::atomic<bool>& stop) {
+        StreamReceiver(receiver_sock, opt.batch, opt.credit_every, opt.offload, opt.message_bytes)
+            .run(/*stop_on_empty=*/true, stop);
+      },
+      [&] {
+        StreamSender sender(receiver_addr, opt);
+        res = program.measured(2, [&] { return sender.run(opt.warmup_s, opt.duration_s); });
+        sender.send_stop();
+      });
+  report(program, opt,
+         fmt::format("combined: 1 process over 127.0.0.1, {} (the server thread is the "
+                     "receiver, the client the sender); {}; credit every {}",
+                     pinning, describe_flow(opt), opt.credit_every),
          res);
   return 0;
 }
@@ -939,30 +659,19 @@ int run_combined_mode(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baseline::Program program("udp_stream", "raw_udp",
+                            "Raw one-way UDP stream under a credit window: the goodput limit "
+                            "librpc's large-message throughput is compared to. The client is "
+                            "the sender, the server the receiver.",
+                            argc, argv);
   Options opt;
-  try {
-    opt = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "udp_stream: error: {}\n", e.what());
-    print_usage(stderr);
-    return 2;
-  }
-  if (opt.help) {
-    print_usage(stdout);
-    return 0;
-  }
-  try {
-    switch (opt.mode) {
-      case Mode::kServer:
-        return run_server_mode(opt);
-      case Mode::kClient:
-        return run_client_mode(opt);
-      case Mode::kCombined:
-        return run_combined_mode(opt);
-    }
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "udp_stream: error: {}\n", e.what());
-    return 1;
-  }
-  return 1;
+  baseline::Modes modes(program, "0.0.0.0:7779",
+                        {.client = [&](CLI::App& app) { add_load_options(app, opt); },
+                         .server = [&](CLI::App& app) { add_receiver_options(app, opt); },
+                         .shared = [&](CLI::App& app) { add_shared_options(app, opt); }});
+  return program.run(argc, argv, [&] {
+    if (modes.server()) return run_server_mode(modes.bind, opt);
+    if (modes.client()) return run_client_mode(program, modes.server_address, opt);
+    return run_combined_mode(program, opt);
+  });
 }

@@ -7,7 +7,10 @@
 // every zerocopy send (the receiving socket cannot keep user pages), so the
 // notifications are pure overhead; docs/transports.md has the numbers.
 //
-//   udp_zerocopy_probe [ROUNDS]
+//   udp_zerocopy_probe [ROUNDS] [--json FILE] [--csv FILE]
+//
+// Results: bench/compare/SCHEMA.md, workload "goodput", one result per round
+// and mode.
 // errqueue.h uses struct timespec without including time.h.
 #include <time.h>
 // clang-format off
@@ -18,15 +21,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
+#include "scaffold.h"
 
 namespace {
 
@@ -37,10 +41,7 @@ constexpr size_t kBufferBytes = size_t{16} << 20;
 constexpr int kSocketBufferBytes = 64 << 20;
 
 void check(bool ok, const char* what) {
-  if (!ok) {
-    std::perror(what);
-    std::exit(1);
-  }
+  if (!ok) baseline::throw_errno(what);
 }
 
 struct Completions {
@@ -67,10 +68,8 @@ void reap(int fd, Completions& c) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+// Sends for one second per round and mode; prints and records each.
+int probe(baseline::Program& program, int rounds) {
   const int rx = ::socket(AF_INET, SOCK_DGRAM, 0);
   check(rx >= 0, "socket");
   (void)::setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBufferBytes, sizeof(int));
@@ -130,8 +129,47 @@ int main(int argc, char** argv) {
                    completions.copied);
       }
       fmt::print("\n");
+      program.result().results.push_back(
+          {{"round", round},
+           {"mode", zerocopy ? "MSG_ZEROCOPY" : "copy"},
+           {"size", kSendBytes},
+           {"duration_s", measure::round_to(secs, 6)},
+           {"bytes", sent},
+           {"gbps", measure::round_to(static_cast<double>(sent) * 8 / secs / 1e9, 4)},
+           {"received_gbps",
+            measure::round_to(static_cast<double>(received.load()) * 8 / secs / 1e9, 4)},
+           {"zerocopy_completions", completions.total},
+           {"zerocopy_copied", completions.copied}});
     }
   }
   ::close(rx);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baseline::Program program("udp_zerocopy_probe", "raw_udp_zerocopy_probe",
+                            "Does MSG_ZEROCOPY pay for librpc's large udp sends? Sends GSO "
+                            "datagrams of 44 x 1472 B over 127.0.0.1 for one second per round, "
+                            "with plain copies and with MSG_ZEROCOPY.",
+                            argc, argv);
+  int rounds = 3;
+  program.cli()
+      .add_option("ROUNDS", rounds, "rounds of both modes")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  program.add_output_options(program.cli());
+  return program.run(argc, argv, [&] {
+    program.describe("udp", "goodput",
+                     fmt::format("one process over 127.0.0.1: blocking sender (UDP GSO, {} x {} "
+                                 "B per send, from a {} MiB buffer), busy-polling UDP GRO "
+                                 "receiver thread; not pinned",
+                                 kSegmentsPerSend, kSegmentBytes, kBufferBytes >> 20),
+                     {{"rounds", rounds}, {"send_bytes", kSendBytes}});
+    const int status = program.measured(2, [&] { return probe(program, rounds); });
+    program.check_trust();
+    program.write_outputs();
+    return status;
+  });
 }

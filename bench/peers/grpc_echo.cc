@@ -1,6 +1,7 @@
 // gRPC C++ unary echo: the peer a user would most likely pick instead of
 // librpc, measured over TCP loopback and reported as bench/compare/SCHEMA.md
-// JSON (system "grpc_sync" for latency, "grpc_async" for rate).
+// JSON (system "grpc_sync" for latency, "grpc_async" for rate; --json,
+// --csv), with the baselines' scaffold (bench/baselines/scaffold.h).
 //
 //   grpc_echo [both] [options]                 server and client in one process, 127.0.0.1
 //   grpc_echo server [--bind IP:PORT] [--server-api sync|async] [--server-threads N]
@@ -8,7 +9,7 @@
 //
 // Client, `--api sync` (default): blocking unary calls, one outstanding per
 // client thread, each timed with std::chrono::steady_clock; nearest-rank
-// round-trip percentiles per --size. `--api async`: a CompletionQueue client
+// round-trip percentiles per --size (measure::Histogram). `--api async`: a CompletionQueue client
 // per client thread, on its own channel (its own HTTP/2 connection), keeping
 // --outstanding calls in flight; completions counted over --duration seconds
 // after --warmup-s seconds. Server, `--server-api async` (default): one
@@ -20,70 +21,51 @@
 // each client thread pins itself to CPU 0 (threads gRPC spawns later from a
 // client thread inherit CPU 0). `--no-pin` leaves every thread floating.
 
+#include <fmt/core.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
-#include <fmt/core.h>
-
+#include "cli.h"
 #include "echo.grpc.pb.h"
+#include "histogram.h"
+#include "scaffold.h"
 
 namespace {
 
+using baseline::Clock;
+using baseline::RunError;
 using librpc::bench::EchoMessage;
 using librpc::bench::EchoService;
-using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxSize = 64u << 20;  // gRPC's receive limit is lifted to match
-constexpr std::string_view kDefaultBind = "127.0.0.1:50051";
-constexpr int kArmedCallsPerCq = 256;  // > the largest window we try, so none waits
+constexpr int kArmedCallsPerCq = 256;        // > the largest window we try, so none waits
 constexpr auto kCallTimeout = std::chrono::seconds(5);
 constexpr auto kConnectTimeout = std::chrono::seconds(5);
-constexpr std::size_t kMaxSamples = 1000;  // SCHEMA: samples_us holds at most 1000
 
 // gRPC deadlines take system_clock time points only.
 std::chrono::system_clock::time_point deadline_after(std::chrono::seconds timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
-// Bad command line: reported with the usage text, exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Operational failure (server unreachable, call failed): exit status 1.
-struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-enum class Mode { kBoth, kServer, kClient };
 enum class Api { kSync, kAsync };
 
 struct Options {
-  Mode mode = Mode::kBoth;
   Api api = Api::kSync;
   Api server_api = Api::kAsync;
-  std::string bind{kDefaultBind};
-  std::string server;
   std::vector<std::size_t> sizes{32};
   std::uint64_t iters = 50000;
   std::uint64_t warmup = 5000;
@@ -93,202 +75,46 @@ struct Options {
   int client_threads = 1;
   int server_threads = 1;
   bool pin = true;
-  std::optional<std::string> json;
-  bool help = false;
 };
 
-void print_usage(std::FILE* out) {
-  fmt::print(out,
-             "usage:\n"
-             "  grpc_echo [both] [client options] [server options]   (one process, 127.0.0.1)\n"
-             "  grpc_echo server [--bind IP:PORT] [server options]   (runs until SIGINT/SIGTERM)\n"
-             "  grpc_echo client --server IP:PORT [client options]\n"
-             "\n"
-             "client options:\n"
-             "  --api sync|async      sync: blocking calls, latency percentiles (default)\n"
-             "                        async: CompletionQueue client, request rate\n"
-             "  --size B[,B...]       request = response payload bytes (default 32)\n"
-             "  --iters N             sync: measured calls per size and thread (default 50000)\n"
-             "  --warmup N            sync: unmeasured calls first (default 5000)\n"
-             "  --outstanding W[,W..] async: calls in flight per channel (default 8)\n"
-             "  --duration S          async: measured seconds per point (default 5)\n"
-             "  --warmup-s S          async: unmeasured seconds per point first (default 1)\n"
-             "  --client-threads N    client threads, one channel each (default 1)\n"
-             "  --json FILE           write SCHEMA.md JSON to FILE\n"
-             "server options:\n"
-             "  --server-api sync|async  handler on gRPC's sync pool or on our CQ threads\n"
-             "                           (default async)\n"
-             "  --server-threads N       async: CQ threads; sync: completion queues (default 1)\n"
-             "  --no-pin                 both mode: do not pin server to CPU 1, client to CPU 0\n"
-             "default --bind is {} (server mode); both mode uses 127.0.0.1:0\n",
-             kDefaultBind);
+const std::map<std::string, Api> kApis{{"sync", Api::kSync}, {"async", Api::kAsync}};
+
+void add_client_options(CLI::App& app, Options& opt) {
+  app.add_option("--api", opt.api,
+                 "sync: blocking calls, latency percentiles; async: CompletionQueue client, "
+                 "request rate")
+      ->transform(CLI::CheckedTransformer(kApis).description(""))
+      ->type_name("sync|async")
+      ->default_str("sync");
+  measure::add_sizes_option(app, "--size", opt.sizes, "request = response payload bytes", 0,
+                            kMaxSize)
+      ->capture_default_str();
+  app.add_option("--iters", opt.iters, "sync: measured calls per size and thread")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--warmup", opt.warmup, "sync: unmeasured calls first")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--outstanding", opt.windows, "async: calls in flight per channel")
+      ->delimiter(',')
+      ->check(CLI::Range(1, kArmedCallsPerCq))
+      ->capture_default_str();
+  baseline::add_interval_options(app, opt.duration_s, opt.warmup_s, "--warmup-s");
+  app.add_option("--client-threads", opt.client_threads, "client threads, one channel each")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
 }
 
-// ---------------------------------------------------------------------------
-// Argument parsing
-
-std::uint64_t parse_unsigned(std::string_view flag, std::string_view text, std::uint64_t min,
-                             std::uint64_t max) {
-  std::uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec == std::errc::invalid_argument || ptr != text.data() + text.size()) {
-    throw UsageError(fmt::format("{}: '{}' is not a non-negative integer", flag, text));
-  }
-  if (ec == std::errc::result_out_of_range || value < min || value > max) {
-    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, text, min, max));
-  }
-  return value;
-}
-
-double parse_seconds(std::string_view flag, std::string_view text) {
-  try {
-    std::size_t used = 0;
-    const double value = std::stod(std::string(text), &used);
-    if (used == text.size() && value > 0 && value <= 3600) return value;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("{}: '{}' is not a number of seconds in (0, 3600]", flag, text));
-}
-
-std::vector<std::uint64_t> parse_list(std::string_view flag, std::string_view text,
-                                      std::uint64_t min, std::uint64_t max) {
-  std::vector<std::uint64_t> values;
-  for (std::size_t start = 0;;) {
-    const auto comma = text.find(',', start);
-    values.push_back(parse_unsigned(flag, text.substr(start, comma - start), min, max));
-    if (comma == std::string_view::npos) return values;
-    start = comma + 1;
-  }
-}
-
-Api parse_api(std::string_view flag, std::string_view text) {
-  if (text == "sync") return Api::kSync;
-  if (text == "async") return Api::kAsync;
-  throw UsageError(fmt::format("{}: '{}' is neither 'sync' nor 'async'", flag, text));
-}
-
-void check_endpoint(std::string_view flag, std::string_view text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) {
-    throw UsageError(fmt::format("{}: '{}' is not of the form IP:PORT", flag, text));
-  }
-  parse_unsigned(flag, text.substr(colon + 1), 0, 65535);
-}
-
-// Applies one "--flag value" pair to `opt`; the caller has checked the mode.
-void apply_option(Options& opt, std::string_view flag, std::string_view value) {
-  if (flag == "--api") {
-    opt.api = parse_api(flag, value);
-  } else if (flag == "--server-api") {
-    opt.server_api = parse_api(flag, value);
-  } else if (flag == "--bind" || flag == "--server") {
-    check_endpoint(flag, value);
-    (flag == "--bind" ? opt.bind : opt.server) = std::string(value);
-  } else if (flag == "--size") {
-    opt.sizes.clear();
-    for (auto v : parse_list(flag, value, 0, kMaxSize)) opt.sizes.push_back(v);
-  } else if (flag == "--iters") {
-    opt.iters = parse_unsigned(flag, value, 1, 1u << 30);
-  } else if (flag == "--warmup") {
-    opt.warmup = parse_unsigned(flag, value, 0, 1u << 30);
-  } else if (flag == "--outstanding") {
-    opt.windows.clear();
-    for (auto v : parse_list(flag, value, 1, kArmedCallsPerCq)) opt.windows.push_back(int(v));
-  } else if (flag == "--duration") {
-    opt.duration_s = parse_seconds(flag, value);
-  } else if (flag == "--warmup-s") {
-    opt.warmup_s = parse_seconds(flag, value);
-  } else if (flag == "--client-threads") {
-    opt.client_threads = static_cast<int>(parse_unsigned(flag, value, 1, 256));
-  } else if (flag == "--server-threads") {
-    opt.server_threads = static_cast<int>(parse_unsigned(flag, value, 1, 256));
-  } else if (flag == "--json") {
-    if (value.empty()) throw UsageError("--json: empty file name");
-    opt.json = std::string(value);
-  } else {
-    throw UsageError(fmt::format("unknown option '{}'", flag));
-  }
-}
-
-constexpr std::string_view kFlags[] = {
-    "--api",   "--server-api",     "--bind",          "--server",   "--size",
-    "--iters", "--warmup",         "--duration",      "--warmup-s", "--outstanding",
-    "--json",  "--client-threads", "--server-threads"};
-
-bool option_valid_in(std::string_view flag, Mode mode) {
-  const bool server_only = flag == "--bind";
-  const bool client_only = flag == "--server";
-  const bool server_side = flag == "--server-api" || flag == "--server-threads";
-  if (server_only) return mode == Mode::kServer;
-  if (client_only) return mode == Mode::kClient;
-  if (server_side) return mode != Mode::kClient;
-  return mode != Mode::kServer;  // every other option drives the client
-}
-
-Options parse_args(int argc, char** argv) {
-  Options opt;
-  const std::vector<std::string_view> args(argv + 1, argv + argc);
-  std::size_t i = 0;
-  if (!args.empty() && !args[0].starts_with("-")) {
-    if (args[0] == "server") {
-      opt.mode = Mode::kServer;
-    } else if (args[0] == "client") {
-      opt.mode = Mode::kClient;
-    } else if (args[0] != "both") {
-      throw UsageError(fmt::format("unknown mode '{}' (expected server, client or both)", args[0]));
-    }
-    ++i;
-  }
-  for (; i < args.size(); ++i) {
-    const std::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      opt.help = true;
-      return opt;
-    }
-    if (arg == "--no-pin") {
-      if (opt.mode != Mode::kBoth) throw UsageError("--no-pin is only valid in both mode");
-      opt.pin = false;
-      continue;
-    }
-    if (!arg.starts_with("--")) throw UsageError(fmt::format("unexpected argument '{}'", arg));
-    std::string_view flag = arg;
-    std::optional<std::string_view> value;
-    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    }
-    if (std::find(std::begin(kFlags), std::end(kFlags), flag) == std::end(kFlags)) {
-      throw UsageError(fmt::format("unknown option '{}'", flag));
-    }
-    if (!value) throw UsageError(fmt::format("option '{}' requires a value", flag));
-    if (!option_valid_in(flag, opt.mode)) {
-      throw UsageError(fmt::format("option '{}' is not valid in this mode", flag));
-    }
-    apply_option(opt, flag, *value);
-  }
-  if (opt.mode == Mode::kClient && opt.server.empty()) {
-    throw UsageError("client mode requires --server IP:PORT");
-  }
-  return opt;
-}
-
-// ---------------------------------------------------------------------------
-// Pinning
-
-bool pin_current_thread(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
-
-bool cpus_0_and_1_available() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
-  return CPU_ISSET(0, &allowed) && CPU_ISSET(1, &allowed);
+void add_server_options(CLI::App& app, Options& opt) {
+  app.add_option("--server-api", opt.server_api,
+                 "sync: the handler on gRPC's thread pool; async: on our CompletionQueue threads")
+      ->transform(CLI::CheckedTransformer(kApis).description(""))
+      ->type_name("sync|async")
+      ->default_str("async");
+  app.add_option("--server-threads", opt.server_threads,
+                 "async: CQ threads; sync: completion queues")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
 }
 
 // ---------------------------------------------------------------------------
@@ -416,14 +242,13 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
                              status.error_message()));
 }
 
-// Blocking calls, one at a time; returns the measured round trips in ns.
-std::vector<std::int64_t> run_sync_client(const std::string& target, std::size_t size,
-                                          const Options& opt) {
+// Blocking calls, one at a time; returns the measured round trips.
+measure::Histogram run_sync_client(const std::string& target, std::size_t size,
+                                   const Options& opt) {
   auto stub = EchoService::NewStub(make_channel(target));
   EchoMessage request;
   request.set_payload(std::string(size, 'x'));
-  std::vector<std::int64_t> rtt_ns;
-  rtt_ns.reserve(static_cast<std::size_t>(opt.iters));
+  measure::Histogram rtt;
   for (std::uint64_t k = 0; k < opt.warmup + opt.iters; ++k) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline_after(kCallTimeout));
@@ -433,9 +258,9 @@ std::vector<std::int64_t> run_sync_client(const std::string& target, std::size_t
     const auto t1 = Clock::now();
     if (!status.ok()) throw_status(status);
     if (response.payload().size() != size) throw RunError("echo returned a different size");
-    if (k >= opt.warmup) rtt_ns.push_back((t1 - t0) / std::chrono::nanoseconds(1));
+    if (k >= opt.warmup) rtt.record(static_cast<std::uint64_t>((t1 - t0).count()));
   }
-  return rtt_ns;
+  return rtt;
 }
 
 struct ClientCall {
@@ -497,7 +322,9 @@ void run_client_threads(const Options& opt, bool pin, Body body) {
   for (int t = 0; t < opt.client_threads; ++t) {
     threads.emplace_back([&, t] {
       try {
-        if (pin && !pin_current_thread(0)) throw RunError("cannot pin client thread to CPU 0");
+        if (pin && !baseline::pin_thread(pthread_self(), 0, "client thread")) {
+          throw RunError("cannot pin client thread to CPU 0");
+        }
         body(static_cast<std::size_t>(t));
       } catch (...) {
         errors[static_cast<std::size_t>(t)] = std::current_exception();
@@ -513,52 +340,11 @@ void run_client_threads(const Options& opt, bool pin, Body body) {
 // ---------------------------------------------------------------------------
 // Results
 
-std::string json_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Nearest-rank percentile of a sorted, non-empty sample, in microseconds.
-double percentile_us(const std::vector<std::int64_t>& sorted, double p) {
-  const auto n = sorted.size();
-  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(n)));
-  rank = std::clamp<std::size_t>(rank, 1, n);
-  return static_cast<double>(sorted[rank - 1]) / 1000.0;
-}
-
-std::string latency_result(std::size_t size, const std::vector<std::int64_t>& sorted) {
-  const double p50 = percentile_us(sorted, 50), p90 = percentile_us(sorted, 90);
-  const double p99 = percentile_us(sorted, 99), p999 = percentile_us(sorted, 99.9);
-  const double max = static_cast<double>(sorted.back()) / 1000.0;
-  fmt::print(
-      "grpc_sync size={} B iters={} p50={:.2f} us p90={:.2f} us p99={:.2f} us "
-      "p99.9={:.2f} us max={:.2f} us\n",
-      size, sorted.size(), p50, p90, p99, p999, max);
-  std::fflush(stdout);
-  // Down-sample evenly across the sorted list, keeping min and max.
-  const std::size_t n = sorted.size(), k = std::min(n, kMaxSamples);
-  std::string samples;
-  for (std::size_t i = 0; i < k; ++i) {
-    const std::size_t idx = k == 1 ? 0 : i * (n - 1) / (k - 1);
-    samples += fmt::format("{}{:.3f}", i ? "," : "", static_cast<double>(sorted[idx]) / 1000.0);
-  }
-  return fmt::format(
-      "{{\"size\":{},\"iters\":{},\"p50_us\":{:.3f},\"p90_us\":{:.3f},\"p99_us\":{:.3f},"
-      "\"p999_us\":{:.3f},\"max_us\":{:.3f},\"samples_us\":[{}]}}",
-      size, n, p50, p90, p99, p999, max, samples);
-}
-
-std::string rate_result(const Options& opt, std::size_t size, int window, std::uint64_t requests) {
+// The async client's result; prints its line. known_server_threads: the
+// server's threads, when this process runs an async server (the sync
+// server's thread pool is gRPC's to size, so no per-thread figures).
+measure::Json rate_result(const Options& opt, std::size_t size, int window, std::uint64_t requests,
+                          std::optional<int> known_server_threads) {
   const double rps = static_cast<double>(requests) / opt.duration_s;
   const double per_client = rps / opt.client_threads;
   fmt::print(
@@ -566,34 +352,20 @@ std::string rate_result(const Options& opt, std::size_t size, int window, std::u
       "rps={:.0f} rps/client_thread={:.0f}\n",
       size, window, opt.client_threads, requests, opt.duration_s, rps, per_client);
   std::fflush(stdout);
-  // The sync server's thread pool is gRPC's to size, so no per-thread figures.
-  const bool known_server = opt.mode == Mode::kBoth && opt.server_api == Api::kAsync;
-  const std::string server_threads =
-      known_server ? fmt::format("\"server_threads\":{},", opt.server_threads) : "";
-  const std::string per_server =
-      known_server ? fmt::format(",\"rps_per_server_thread\":{:.1f}", rps / opt.server_threads)
-                   : "";
-  return fmt::format(
-      "{{\"size\":{},\"window\":{},\"sessions\":{},\"client_threads\":{},{}\"batch\":1,"
-      "\"duration_s\":{:.3f},\"requests\":{},\"rps\":{:.1f},\"rps_per_client_thread\":{:.1f}{}}}",
-      size, window, opt.client_threads, opt.client_threads, server_threads, opt.duration_s,
-      requests, rps, per_client, per_server);
-}
-
-void write_json(const std::string& path, const Options& opt, std::string_view setup,
-                const std::vector<std::string>& results) {
-  std::string joined;
-  for (const auto& r : results) joined += (joined.empty() ? "" : ",") + r;
-  const bool sync = opt.api == Api::kSync;
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw RunError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  fmt::print(f,
-             "{{\"system\":\"{}\",\"transport\":\"tcp\",\"workload\":\"{}\",\"setup\":\"{}\","
-             "\"results\":[{}]}}\n",
-             sync ? "grpc_sync" : "grpc_async", sync ? "latency" : "rate", json_escape(setup),
-             joined);
-  const bool failed = std::ferror(f) != 0;
-  if (std::fclose(f) != 0 || failed) throw RunError(fmt::format("writing {} failed", path));
+  measure::Json r = {{"size", size},
+                     {"window", window},
+                     {"sessions", opt.client_threads},
+                     {"client_threads", opt.client_threads}};
+  if (known_server_threads) r["server_threads"] = *known_server_threads;
+  r["batch"] = 1;
+  r["duration_s"] = measure::round_to(opt.duration_s);
+  r["requests"] = requests;
+  r["rps"] = measure::round_to(rps, 1);
+  r["rps_per_client_thread"] = measure::round_to(per_client, 1);
+  if (known_server_threads) {
+    r["rps_per_server_thread"] = measure::round_to(rps / *known_server_threads, 1);
+  }
+  return r;
 }
 
 // ---------------------------------------------------------------------------
@@ -608,27 +380,57 @@ std::string server_description(const Options& opt) {
                      opt.server_threads, kArmedCallsPerCq);
 }
 
-std::vector<std::string> run_client(const Options& opt, const std::string& target, bool pin) {
-  std::vector<std::string> results;
+// Runs every point against target, adding the results to program's;
+// known_server_threads as for rate_result.
+void run_client(baseline::Program& program, const Options& opt, const std::string& target, bool pin,
+                std::optional<int> known_server_threads) {
+  auto& results = program.result().results;
+  if (opt.api == Api::kSync)
+    baseline::print_rtt_header(fmt::format("{:>8} {:>8}", "size", "iters"));
   for (const std::size_t size : opt.sizes) {
     if (opt.api == Api::kSync) {
-      std::vector<std::vector<std::int64_t>> per_thread(std::size_t(opt.client_threads));
+      std::vector<measure::Histogram> per_thread(std::size_t(opt.client_threads));
       run_client_threads(
           opt, pin, [&](std::size_t t) { per_thread[t] = run_sync_client(target, size, opt); });
-      std::vector<std::int64_t> all;
-      for (auto& v : per_thread) all.insert(all.end(), v.begin(), v.end());
-      std::sort(all.begin(), all.end());
-      results.push_back(latency_result(size, all));
+      measure::Histogram all;
+      for (const auto& h : per_thread) all.merge(h);
+      results.push_back(baseline::rtt_row(program, all,
+                                          fmt::format("{:>8} {:>8}", size, all.count()),
+                                          {{"size", size}, {"iters", all.count()}}));
       continue;
     }
     for (const int window : opt.windows) {
       std::atomic<std::uint64_t> requests{0};
       run_client_threads(
           opt, pin, [&](std::size_t) { requests += run_async_client(target, size, window, opt); });
-      results.push_back(rate_result(opt, size, window, requests.load()));
+      results.push_back(rate_result(opt, size, window, requests.load(), known_server_threads));
     }
   }
-  return results;
+}
+
+// Runs the client between the program's measurement marks, then prints the
+// warnings and writes the result files.
+void measure_client(baseline::Program& program, const Options& opt, const std::string& setup,
+                    const std::string& target, bool pin, std::optional<int> known_server_threads,
+                    int busy_cores) {
+  const bool sync = opt.api == Api::kSync;
+  program.result().system = sync ? "grpc_sync" : "grpc_async";
+  program.describe("tcp", sync ? "latency" : "rate", setup,
+                   {{"api", sync ? "sync" : "async"},
+                    {"server_api", opt.server_api == Api::kSync ? "sync" : "async"},
+                    {"sizes", opt.sizes},
+                    {"iters", opt.iters},
+                    {"warmup", opt.warmup},
+                    {"outstanding", opt.windows},
+                    {"duration_s", opt.duration_s},
+                    {"warmup_s", opt.warmup_s},
+                    {"client_threads", opt.client_threads},
+                    {"server_threads", opt.server_threads}});
+  program.start_measurement();
+  run_client(program, opt, target, pin, known_server_threads);
+  program.finish_measurement(busy_cores);
+  program.check_trust();
+  program.write_outputs();
 }
 
 std::string client_description(const Options& opt, const std::string& target) {
@@ -643,7 +445,7 @@ std::string client_description(const Options& opt, const std::string& target) {
       grpc::Version(), target, opt.client_threads, calls);
 }
 
-int run_server_mode(const Options& opt) {
+int run_server_mode(const Options& opt, const std::string& bind) {
   // Block the stop signals before gRPC starts threads, so that they all
   // inherit the mask and sigwait below is the one place that sees them.
   sigset_t stop_signals;
@@ -651,9 +453,9 @@ int run_server_mode(const Options& opt) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  EchoServer server(opt, opt.bind);
+  EchoServer server(opt, bind);
   fmt::print("grpc_echo server: {} listening on {} (port {}); SIGINT/SIGTERM to stop\n",
-             server_description(opt), opt.bind, server.port());
+             server_description(opt), bind, server.port());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
@@ -661,17 +463,17 @@ int run_server_mode(const Options& opt) {
   return 0;
 }
 
-int run_client_mode(const Options& opt) {
+int run_client_mode(baseline::Program& program, const Options& opt, const std::string& target) {
   const std::string setup =
-      client_description(opt, opt.server) + "; separate server process (see its own output)";
+      client_description(opt, target) + "; separate server process (see its own output)";
   fmt::print("grpc_echo client: {}\n", setup);
-  const auto results = run_client(opt, opt.server, /*pin=*/false);
-  if (opt.json) write_json(*opt.json, opt, setup, results);
+  measure_client(program, opt, setup, target, /*pin=*/false, std::nullopt, 1);
   return 0;
 }
 
-int run_both_mode(const Options& opt) {
-  const bool pin = opt.pin && cpus_0_and_1_available() && pin_current_thread(1);
+int run_both_mode(baseline::Program& program, const Options& opt) {
+  const bool pin = opt.pin && baseline::can_pin_cpus_0_and_1() &&
+                   baseline::pin_thread(pthread_self(), 1, "server thread");
   EchoServer server(opt, "127.0.0.1:0");
   const std::string target = fmt::format("127.0.0.1:{}", server.port());
   const std::string placement =
@@ -682,39 +484,34 @@ int run_both_mode(const Options& opt) {
                                         server_description(opt), placement);
   fmt::print("grpc_echo: {}\n", setup);
   std::fflush(stdout);
-  const auto results = run_client(opt, target, pin);
+  const std::optional<int> known_server_threads =
+      opt.server_api == Api::kAsync ? std::optional<int>(opt.server_threads) : std::nullopt;
+  measure_client(program, opt, setup, target, pin, known_server_threads, 2);
   server.stop();
-  if (opt.json) write_json(*opt.json, opt, setup, results);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  baseline::Program program("grpc_echo", "grpc_sync",
+                            "gRPC C++ unary echo over TCP: the peer a user would most likely "
+                            "pick instead of librpc.",
+                            argc, argv);
   Options opt;
-  try {
-    opt = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "grpc_echo: error: {}\n", e.what());
-    print_usage(stderr);
-    return 2;
-  }
-  if (opt.help) {
-    print_usage(stdout);
-    return 0;
-  }
-  try {
-    switch (opt.mode) {
-      case Mode::kServer:
-        return run_server_mode(opt);
-      case Mode::kClient:
-        return run_client_mode(opt);
-      case Mode::kBoth:
-        return run_both_mode(opt);
-    }
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "grpc_echo: error: {}\n", e.what());
-    return 1;
-  }
-  return 1;
+  baseline::Modes modes(program, "127.0.0.1:50051",
+                        {.client = [&](CLI::App& app) { add_client_options(app, opt); },
+                         .server = [&](CLI::App& app) { add_server_options(app, opt); },
+                         .both =
+                             [&](CLI::App& app) {
+                               app.add_flag_callback(
+                                   "--no-pin", [&] { opt.pin = false; },
+                                   "do not pin the server to CPU 1 and the client to CPU 0");
+                             }},
+                        "both");
+  return program.run(argc, argv, [&] {
+    if (modes.server()) return run_server_mode(opt, modes.bind);
+    if (modes.client()) return run_client_mode(program, opt, modes.server_address);
+    return run_both_mode(program, opt);
+  });
 }

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -335,31 +336,28 @@ void print_stats(const char* name, const DirStats& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App cli(
+      "A userspace stand-in for tc netem: forwards Ethernet frames between two interfaces, "
+      "applying netem's fault model to each direction.",
+      "netns_link");
   std::string if_a, if_b;
   uint64_t seed = std::random_device{}();
   std::vector<std::string> netem;
-  for (int i = 1; i < argc; i++) {
-    const std::string_view w = argv[i];
-    if ((w == "--a" || w == "--b" || w == "--seed") && i + 1 < argc) {
-      const std::string v = argv[++i];
-      if (w == "--a") {
-        if_a = v;
-      } else if (w == "--b") {
-        if_b = v;
-      } else {
-        seed = std::stoull(v);
-      }
-    } else if (w == "--") {
-      continue;
-    } else {
-      netem.emplace_back(w);
-    }
+  cli.add_option("--a", if_a, "one interface")->required();
+  cli.add_option("--b", if_b, "the other interface")->required();
+  cli.add_option("--seed", seed, "random seed (default: random)");
+  cli.add_option("NETEM", netem,
+                 "tc-netem arguments: [loss P% [C%]] [delay T [J [C%]]] [reorder P% [C%]] "
+                 "[duplicate P% [C%]] [corrupt P% [C%]]; times take us, ms or s");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? 0 : 2;
   }
   Model model;
-  if (if_a.empty() || if_b.empty() || !parse_netem(netem, model)) {
+  if (!parse_netem(netem, model)) {
     std::fprintf(stderr,
-                 "usage: netns_link --a IFACE --b IFACE [--seed N] [--] [loss P%%] "
-                 "[delay T [J]] [reorder P%% [C%%]] [duplicate P%%] [corrupt P%%]\n");
+                 "netns_link: bad netem arguments\nRun with --help for more information.\n");
     return 2;
   }
   g_rng.seed(static_cast<uint32_t>(seed));
