@@ -30,7 +30,7 @@ for r in $(seq "$reps"); do
       # shellcheck disable=SC2086
       "$build"/bench/${cmd[$bench]} --cc "$cc" --json "$out/$bench-$cc-$r.json" \
         > "$out/$bench-$cc-$r.txt" 2>&1 || { cat "$out/$bench-$cc-$r.txt"; exit 1; }
-      echo "rep $r $bench cc $cc (load $(cat "$out/$bench-$cc-$r.load")): $(grep '^librpc' "$out/$bench-$cc-$r.txt" | tail -2 | tr '\n' ' ')"
+      echo "rep $r $bench cc $cc (load $(cat "$out/$bench-$cc-$r.load")): $(grep -v '^ *warning' "$out/$bench-$cc-$r.txt" | tail -2 | tr '\n' ' ')"
     done
   done
 done

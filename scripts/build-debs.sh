@@ -3,7 +3,8 @@
 # librpc-transport-verbs, librpc-transport-fabric, librpc-tools) from this
 # source tree, checks them with lintian and lists them with their sizes.
 #
-#   1. installs the build dependencies (apt-get; idempotent: nothing is
+#   1. installs the build dependencies (scripts/install-deps.sh --packaging:
+#      the packaging tools and debian/control's Build-Depends; nothing is
 #      installed when they are all present);
 #   2. copies the source tree to a temporary directory (`git archive HEAD`
 #      in a git checkout, so build directories and uncommitted changes stay
@@ -26,36 +27,8 @@ out_dir=${1:-$root/build-debs}
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    sudo_cmd=(sudo)
-  else
-    echo "build-debs.sh: must run as root or with sudo available" >&2
-    exit 1
-  fi
-fi
-
 # --- 1. build dependencies ----------------------------------------------------
-# The packaging tools, and debian/control's Build-Depends (without version
-# constraints: bookworm's versions satisfy them).
-tools=(build-essential dpkg-dev debhelper fakeroot lintian git)
-mapfile -t build_deps < <(sed -n '/^Build-Depends:/,/^[A-Z][A-Za-z-]*:/p' "$root/debian/control" |
-  sed -e 's/^Build-Depends://' -e '/^[A-Z][A-Za-z-]*:/d' | tr ',' '\n' |
-  sed -e 's/([^)]*)//g' -e 's/\[[^]]*\]//g' -e 's/|.*//' -e 's/[[:space:]]//g' |
-  grep -v '^$' | sed 's/^debhelper-compat$/debhelper/')
-missing=()
-for p in "${tools[@]}" "${build_deps[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "build-debs.sh: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "build-debs.sh: build dependencies present"
-fi
+bash "$root/scripts/install-deps.sh" --packaging
 
 # --- 2. source tree -----------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/librpc-debs.XXXXXX")

@@ -11,8 +11,8 @@
 #                (QEMU, busybox, kmod, ibverbs-utils; about 70 MB). The VM
 #                script also downloads Debian's stock kernel package once into
 #                /var/cache/librpc-rxe-vm (about 400 MB unpacked).
-#   --packaging  building the Debian packages and the CMake consumer
-#                (debhelper, lintian, fakeroot, cmake)
+#   --packaging  building the Debian packages (debhelper, lintian, fakeroot
+#                and debian/control's Build-Depends) and the CMake consumer
 set -euo pipefail
 
 base=(
@@ -29,7 +29,14 @@ for group in "$@"; do
       packages+=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 libibverbs1
                 ibverbs-providers ibverbs-utils) ;;
     --packaging)
-      packages+=(debhelper dpkg-dev fakeroot lintian cmake) ;;
+      # The packaging tools, and debian/control's Build-Depends (without
+      # version constraints: bookworm's versions satisfy them).
+      packages+=(build-essential dpkg-dev debhelper fakeroot lintian git cmake)
+      mapfile -t -O "${#packages[@]}" packages < <(
+        sed -n '/^Build-Depends:/,/^[A-Z][A-Za-z-]*:/p' "$(dirname "$0")/../debian/control" |
+          sed -e 's/^Build-Depends://' -e '/^[A-Z][A-Za-z-]*:/d' | tr ',' '\n' |
+          sed -e 's/([^)]*)//g' -e 's/\[[^]]*\]//g' -e 's/|.*//' -e 's/[[:space:]]//g' |
+          grep -v '^$' | sed 's/^debhelper-compat$/debhelper/') ;;
     *)
       echo "install-deps.sh: unknown group '$group' (--rxe-vm, --packaging)" >&2
       exit 2 ;;
@@ -47,6 +54,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 missing=()
+echo "install-deps.sh: checking ${#packages[@]} packages${*:+ ($*)}"
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done

@@ -17,11 +17,15 @@ else
   # same guarantees: warnings are errors and the suites are built.
   meson configure "$build_dir" -Dwerror=true -Dtests=true -Dapps=true -Dbench=true
 fi
+build_start=$(date +%s)
 ninja -C "$build_dir"
+build_s=$(($(date +%s) - build_start))
+test_start=$(date +%s)
 # --print-errorlogs shows a failing test's output; the summary ends with
 # "Ok: N  Fail: N ..." lines.
 status=0
 meson test -C "$build_dir" --print-errorlogs ${MESON_TEST_ARGS:-} || status=$?
 # One closing line counting Catch2 test cases across the suites.
 python3 scripts/test_summary.py "$build_dir/meson-logs/testlog.json" || status=1
+echo "test.sh: built in $build_s s, tests ran in $(($(date +%s) - test_start)) s"
 exit $status

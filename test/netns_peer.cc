@@ -46,6 +46,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -59,6 +60,8 @@
 #include <vector>
 
 #include "librpc/rpc_all.h"
+
+#include "cli.h"  // tools/measure: exit statuses and integer conventions
 
 namespace {
 
@@ -637,11 +640,7 @@ int main(int argc, char** argv) {
   client_cmd->add_flag("--allow-reset", co.allow_reset,
                        "a reset fails the requests in flight; the rest go on a new session");
 
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
   // Line-buffered: the script reads our lines while we run.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   install_stop_signals();

@@ -64,6 +64,22 @@ CLI::Validator endpoint_check() {
       "IPV4:PORT", "endpoint");
 }
 
+CLI::Validator host_port_check() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        const std::size_t colon = text.rfind(':');
+        const std::string port = colon == std::string::npos ? "" : text.substr(colon + 1);
+        const bool port_ok = !port.empty() && port.size() <= 5 &&
+                             port.find_first_not_of("0123456789") == std::string::npos &&
+                             std::stoul(port) <= 65535;
+        if (colon == 0 || colon == std::string::npos || !port_ok) {
+          return "expected HOST:PORT, got '" + text + "'";
+        }
+        return {};
+      },
+      "HOST:PORT", "host_port");
+}
+
 std::string format_addr(const sockaddr_in& addr) {
   char buf[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
@@ -156,8 +172,7 @@ Program::Program(std::string name, std::string system, const std::string& descri
 }
 
 void Program::add_output_options(CLI::App& app) {
-  app.add_option("--json", json_path_, "also write the results as JSON (bench/compare/SCHEMA.md)");
-  app.add_option("--csv", csv_path_, "also write the results as CSV, one row per result");
+  measure::add_output_options(app, json_path_, csv_path_);
 }
 
 int Program::run(int argc, char** argv, const std::function<int()>& body) {
@@ -219,14 +234,16 @@ Modes::Modes(Program& program, std::string_view default_bind, const Options& opt
     add_both(*cli.add_subcommand(both_alias, "server and client in one process, over 127.0.0.1"));
   }
   server_cmd_ = cli.add_subcommand("server", "the server alone; runs until killed");
-  server_cmd_->add_option("--bind", bind, "the address IPV4:PORT to serve on")
-      ->check(endpoint_check())
+  const char* const form = options.any_host ? "HOST:PORT" : "IPV4:PORT";
+  const CLI::Validator endpoint = options.any_host ? host_port_check() : endpoint_check();
+  server_cmd_->add_option("--bind", bind, fmt::format("the address {} to serve on", form))
+      ->check(endpoint)
       ->capture_default_str();
   add(*server_cmd_, options.server);
   add(*server_cmd_, options.shared);
   client_cmd_ = cli.add_subcommand("client", "the client alone, of a server elsewhere");
-  client_cmd_->add_option("--server", server_address, "the server's address IPV4:PORT")
-      ->check(endpoint_check())
+  client_cmd_->add_option("--server", server_address, fmt::format("the server's address {}", form))
+      ->check(endpoint)
       ->required();
   add(*client_cmd_, options.client);
   add(*client_cmd_, options.shared);

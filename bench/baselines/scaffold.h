@@ -44,6 +44,9 @@ struct RunError : std::runtime_error {
 sockaddr_in parse_endpoint(std::string_view flag, std::string_view text);
 // A CLI11 check that a value is "IPV4:PORT".
 CLI::Validator endpoint_check();
+// HOST:PORT with a non-empty host (a name, an IPv4 address or [IPv6]) and a
+// port in 0..65535.
+CLI::Validator host_port_check();
 // "IPV4:PORT".
 std::string format_addr(const sockaddr_in& addr);
 
@@ -153,6 +156,9 @@ struct Modes {
     AddOptions server;  // the server's: on `server` and on the program
     AddOptions shared;  // both sides': on all three
     AddOptions both;    // the combined mode's own: on the program (and both_alias)
+    // --bind and --server: IPV4:PORT (the UDP programs' sockets), or any
+    // HOST:PORT the program resolves itself (a host name, [IPv6]:PORT).
+    bool any_host = false;
   };
   // --json and --csv go with the client's options. both_alias: a subcommand
   // name that means "both in one process" as well ("" for none).

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include "cli.h"  // tools/measure
 #include "common/connect.h"
 #include "common/program.h"
 
@@ -25,14 +26,7 @@ std::string verbs_bulk_name(rpc::VerbsBulk bulk) {
 }  // namespace
 
 void add_output_options(CLI::App& app, OutputPaths& out) {
-  app.add_option("--json", out.json, "also write the results as JSON (bench/compare/SCHEMA.md)")
-      ->type_name("FILE")
-      ->check(
-          CLI::Validator([](std::string& v) { return v.empty() ? "empty file name" : ""; }, ""));
-  app.add_option("--csv", out.csv, "also write the results as CSV, one row per result")
-      ->type_name("FILE")
-      ->check(
-          CLI::Validator([](std::string& v) { return v.empty() ? "empty file name" : ""; }, ""));
+  measure::add_output_options(app, out.json, out.csv);
 }
 
 measure::Json endpoint_config(const EndpointOptions& ep) {

@@ -507,7 +507,9 @@ int main(int argc, char** argv) {
                                app.add_flag_callback(
                                    "--no-pin", [&] { opt.pin = false; },
                                    "do not pin the server to CPU 1 and the client to CPU 0");
-                             }},
+                             },
+                         // gRPC resolves names and IPv6 itself.
+                         .any_host = true},
                         "both");
   return program.run(argc, argv, [&] {
     if (modes.server()) return run_server_mode(opt, modes.bind);

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -44,6 +45,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cli.h"  // tools/measure: exit statuses and integer conventions
 
 #ifndef PACKET_IGNORE_OUTGOING
 #define PACKET_IGNORE_OUTGOING 23
@@ -349,11 +352,7 @@ int main(int argc, char** argv) {
   cli.add_option("NETEM", netem,
                  "tc-netem arguments: [loss P% [C%]] [delay T [J [C%]]] [reorder P% [C%]] "
                  "[duplicate P% [C%]] [corrupt P% [C%]]; times take us, ms or s");
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto status = measure::parse_command_line(cli, argc, argv)) return *status;
   Model model;
   if (!parse_netem(netem, model)) {
     std::fprintf(stderr,

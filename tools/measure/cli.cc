@@ -97,7 +97,61 @@ CLI::Option* add_sizes_option(CLI::App& app, const std::string& name, std::vecto
       ->type_name("SIZE,...");
 }
 
+namespace {
+
+// Checks a decimal integer (a '-' only where `is_signed`) and strips its
+// leading zeros, so that CLI11's base-0 conversion reads it as decimal.
+CLI::Validator decimal_integer(bool is_signed) {
+  return CLI::Validator(
+      [is_signed](std::string& text) -> std::string {
+        std::size_t start = 0;
+        if (is_signed && !text.empty() && text[0] == '-') start = 1;
+        if (start == text.size()) return "not a decimal integer: '" + text + "'";
+        for (std::size_t i = start; i < text.size(); ++i) {
+          if (text[i] < '0' || text[i] > '9') return "not a decimal integer: '" + text + "'";
+        }
+        const std::size_t first_nonzero = text.find_first_not_of('0', start);
+        const std::size_t keep_from =
+            first_nonzero == std::string::npos ? text.size() - 1 : first_nonzero;
+        text.erase(start, keep_from - start);
+        return {};
+      },
+      "", "DECIMAL");
+}
+
+}  // namespace
+
+void add_output_options(CLI::App& app, std::string& json_path, std::string& csv_path) {
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("empty file name") : std::string(); },
+      "");
+  app.add_option("--json", json_path, "also write the results as JSON (bench/compare/SCHEMA.md)")
+      ->type_name("FILE")
+      ->check(non_empty);
+  app.add_option("--csv", csv_path, "also write the results as CSV, one row per result")
+      ->type_name("FILE")
+      ->check(non_empty);
+}
+
+void apply_conventions(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_items_expected_max() <= 1 && option->get_type_size() <= 1 &&
+        option->get_expected_max() <= 1) {
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+    // The type name, before the ":" and the checks' descriptions CLI11 adds.
+    const std::string full_type = option->get_type_name();
+    const std::string type = full_type.substr(0, full_type.find(':'));
+    if (type == "UINT" || type == "INT") {
+      // First, before the option's own checks see the text.
+      option->transform(decimal_integer(type == "INT"));
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_conventions(*sub);
+}
+
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  apply_conventions(app);
   try {
     app.parse(argc, argv);
     return std::nullopt;

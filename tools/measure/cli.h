@@ -37,11 +37,25 @@ CLI::Option* add_sizes_option(CLI::App& app, const std::string& name, std::vecto
                               const std::string& description, std::uint64_t min = 0,
                               std::uint64_t max = kNoSizeLimit);
 
+// --json FILE and --csv FILE (result files, bench/compare/SCHEMA.md); an
+// empty name is a usage error.
+void add_output_options(CLI::App& app, std::string& json_path, std::string& csv_path);
+
 // app.parse(argc, argv) with this project's exit statuses: nullopt when the
 // program should go on; 0 after printing the help (--help, -h); 2 after
 // printing a parse error and the hint to run with --help (CLI11's own codes
-// differ).
+// differ). Before parsing it applies the conventions of every program here
+// (apply_conventions).
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
+
+// The command-line conventions the hand-written parsers had, on every option
+// of app and its subcommands added so far:
+//  - a repeated single-value option takes its last value (scripts append
+//    overrides), instead of CLI11's error; list options still collect;
+//  - integers are decimal: CLI11 would read "010" as octal and "0x10" as
+//    hex, and take "-1" as 2^64-1 for an unsigned option. "010" is 10, and
+//    "0x10", "1e3" and a sign on an unsigned option are usage errors.
+void apply_conventions(CLI::App& app);
 
 // Prints "program: message" and the --help hint to stderr and returns 2: for
 // the cross-checks a program makes after parsing.

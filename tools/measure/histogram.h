@@ -14,6 +14,11 @@
 
 namespace measure {
 
+// The nearest rank (1-based) of percentile p in [0, 100] of `count` samples:
+// ceil(p / 100 * count), computed in integers with p rounded to 1e-6, so
+// that 99.9 of 1000 is 999 (in doubles 99.9 / 100 * 1000 rounds up to 1000).
+std::uint64_t nearest_rank(double p, std::uint64_t count) noexcept;
+
 class Histogram {
  public:
   // 2^kSubBucketBits exact values, then 2^(kSubBucketBits-1) sub-buckets
@@ -52,6 +57,7 @@ class Histogram {
   // Nearest-rank percentile, p in [0, 100] (99.9, 99.99, ...): the middle of
   // the bucket holding the sample of rank ceil(p/100 * count), clamped to
   // [min, max]; p = 0 and p = 100 are the exact min and max. 0 when empty.
+  // REQUIRES: p is not NaN (NaN gives 0).
   std::uint64_t percentile_ns(double p) const;
   double percentile_us(double p) const { return static_cast<double>(percentile_ns(p)) / 1e3; }
 

@@ -22,7 +22,9 @@ void close_checked(std::ofstream& out, const std::string& path) {
 
 // One CSV cell (RFC 4180: quoted when it holds a comma, quote or newline).
 std::string csv_cell(const Json& value) {
+  // null, and non-finite numbers (which JSON writes as null): an empty cell.
   if (value.is_null()) return "";
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) return "";
   std::string text = value.is_string() ? value.get<std::string>() : value.dump();
   if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
   std::string quoted = "\"";
@@ -91,7 +93,9 @@ Json to_json(const ResultFile& file) {
 
 void write_json(const std::string& path, const ResultFile& file) {
   auto out = open_for_writing(path);
-  out << to_json(file).dump(2) << "\n";
+  // Invalid UTF-8 (a command line, a host name) is replaced, not thrown on
+  // after the measurement is done.
+  out << to_json(file).dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   close_checked(out, path);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -18,11 +19,13 @@ namespace {
 
 using measure::Histogram;
 
-// Nearest-rank percentile of a sorted sample.
+// Nearest-rank percentile of a sorted sample, in exact integer arithmetic:
+// p is given in thousandths of a percent (every p the tests use is one).
 std::uint64_t exact_percentile(const std::vector<std::uint64_t>& sorted, double p) {
-  if (p >= 100) return sorted.back();
-  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  rank = std::max<std::size_t>(rank, 1);
+  const auto p_milli = static_cast<std::uint64_t>(std::llround(p * 1000));
+  if (p_milli >= 100'000) return sorted.back();
+  std::uint64_t rank = (p_milli * sorted.size() + 99'999) / 100'000;
+  rank = std::max<std::uint64_t>(rank, 1);
   return sorted[rank - 1];
 }
 
@@ -171,6 +174,60 @@ TEST_CASE("a bad option exits 2 and --help exits 0") {
   }
 }
 
+// Parses argv with the project's conventions; the exit status, or -1 to go on.
+int parse(CLI::App& app, std::vector<const char*> argv) {
+  argv.insert(argv.begin(), "test");
+  const auto status = measure::parse_command_line(app, static_cast<int>(argv.size()),
+                                                  const_cast<char**>(argv.data()));
+  return status ? *status : -1;
+}
+
+TEST_CASE("integers are decimal: a leading zero is not octal, hex and signs are refused") {
+  struct Case {
+    const char* text;
+    int status;
+    std::uint64_t value;
+  };
+  for (const Case& c :
+       {Case{"10", -1, 10}, Case{"010", -1, 10}, Case{"0", -1, 0}, Case{"000", -1, 0},
+        Case{"0x10", 2, 7}, Case{"-1", 2, 7}, Case{"1e3", 2, 7}, Case{"", 2, 7}}) {
+    CAPTURE(c.text);
+    CLI::App app("test");
+    std::uint64_t value = 7;
+    app.add_option("--n", value)->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1000}));
+    CHECK(parse(app, {"--n", c.text}) == c.status);
+    CHECK(value == c.value);
+  }
+  CLI::App app("test");
+  int signed_value = 0;
+  app.add_option("--i", signed_value);
+  CHECK(parse(app, {"--i", "-012"}) == -1);
+  CHECK(signed_value == -12);
+}
+
+TEST_CASE("a repeated option takes its last value, also in a subcommand; lists collect") {
+  CLI::App app("test");
+  std::uint64_t n = 0;
+  std::string name;
+  std::vector<std::size_t> sizes;
+  app.add_option("--n", n);
+  measure::add_sizes_option(app, "--sizes", sizes, "sizes");
+  CLI::App* sub = app.add_subcommand("sub");
+  sub->add_option("--name", name);
+  CHECK(parse(app, {"--n", "5", "--n", "6", "--sizes", "1K", "sub", "--name", "a", "--name",
+                    "b"}) == -1);
+  CHECK(n == 6);
+  CHECK(name == "b");
+  CHECK(sizes == std::vector<std::size_t>{1024});
+}
+
+TEST_CASE("an empty result file name is a usage error") {
+  CLI::App app("test");
+  std::string json, csv;
+  measure::add_output_options(app, json, csv);
+  CHECK(parse(app, {"--json", ""}) == 2);
+}
+
 TEST_CASE("the result file keeps its key order and the CSV its columns") {
   measure::ResultFile file;
   file.transport = "udp";
@@ -201,4 +258,33 @@ TEST_CASE("the result file keeps its key order and the CSV its columns") {
   CHECK(csv.find("librpc,udp,latency,abc,64,,") != std::string::npos);
   CHECK(csv.find("\"a,b\"") != std::string::npos);
   std::remove(path.c_str());
+}
+
+TEST_CASE("p99.9 of 1000 samples is the 999th, not the maximum") {
+  // 99.9 / 100 * 1000 is 999.0000000000001 in doubles: a rank computed in
+  // floating point takes the 1000th sample. Values below 256 ns are exact.
+  Histogram h;
+  for (int i = 0; i < 999; ++i) h.record(100);
+  h.record(200);
+  CHECK(h.percentile_ns(99.9) == 100);
+  CHECK(h.percentile_ns(100) == 200);
+  CHECK(measure::nearest_rank(99.9, 1000) == 999);
+  CHECK(measure::nearest_rank(99.9, 2000) == 1998);
+  CHECK(measure::nearest_rank(99.99, 10'000) == 9999);
+  CHECK(measure::nearest_rank(50, 1) == 1);
+  CHECK(measure::nearest_rank(0, 10) == 1);
+  CHECK(measure::nearest_rank(100, 10) == 10);
+  CHECK(measure::nearest_rank(99.9, 3'000'000'000'000) == 2'997'000'000'000);
+  CHECK(h.percentile_ns(std::numeric_limits<double>::quiet_NaN()) == 0);
+}
+
+TEST_CASE("the CDF ends at the maximum, also past the top bucket") {
+  Histogram h;
+  h.record(1000);
+  const std::uint64_t huge = std::uint64_t{1} << 50;  // beyond the 2^40 ns range
+  h.record(huge);
+  const auto cdf = h.cdf_us();
+  REQUIRE(!cdf.empty());
+  CHECK(cdf.back().first == static_cast<double>(huge) / 1e3);
+  CHECK(cdf.back().second == 1.0);
 }
