@@ -1235,8 +1235,10 @@ CONVENTIONS = """## Conventions
   Tables recorded before schema 2 (issue 14) use the old names, `p50_us`,
   `p99_us`, ... for the same round trips, and have no p99.99.
 - **Warnings.** A program prints `  warning: ...` under numbers it does not
-  trust, and lists them in the file's `warnings`: the machine was busy (load
-  average above the CPUs the run leaves to others), the process was
+  trust, and lists them in the file's `warnings`: the machine was busy (right
+  before or after the run, more other threads were runnable than the CPUs
+  the run leaves free; not the 1-minute load average, which still counts a
+  build that ended seconds before), the process was
   descheduled (involuntary context switches while it busy-polled), the
   client retransmitted (the tail includes RTO waits), or the largest sample
   is more than 1 ms above p99 (a preemption or a loss). Numbers with

@@ -3,9 +3,14 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <limits>
+#include <string>
+#include <thread>
 
 #include "measure_git_rev.h"
 
@@ -50,6 +55,27 @@ double load_average_1min() {
   return load;
 }
 
+int runnable_threads() {
+  std::array<int, 5> samples{};
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::ifstream in("/proc/stat");
+    std::string key;
+    int value = -1;
+    while (in >> key) {
+      if (key == "procs_running") {
+        in >> value;
+        break;
+      }
+      in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    if (value < 0) return -1;
+    samples[i] = value;
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
 int online_cpus() {
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
@@ -60,6 +86,7 @@ RunInfo::RunInfo(int argc, char** argv)
       cpus(online_cpus()),
       cpu_model(cpu_model_name()),
       load_avg_start(load_average_1min()),
+      runnable_start(runnable_threads()),
       started_utc(utc_now_iso8601()),
       started_monotonic_s(monotonic_s()) {
   if (git_rev.empty()) git_rev = "unknown";
@@ -75,6 +102,7 @@ RunInfo::RunInfo(int argc, char** argv)
 
 void RunInfo::finish() {
   load_avg_end = load_average_1min();
+  runnable_end = runnable_threads();
   finished_monotonic_s = monotonic_s();
 }
 
@@ -88,6 +116,8 @@ nlohmann::ordered_json RunInfo::to_json() const {
   j["cpu_model"] = cpu_model;
   j["load_avg_start"] = load_avg_start;
   j["load_avg_end"] = load_avg_end >= 0 ? nlohmann::ordered_json(load_avg_end) : nullptr;
+  j["runnable_start"] = runnable_start;
+  j["runnable_end"] = runnable_end >= 0 ? nlohmann::ordered_json(runnable_end) : nullptr;
   j["started_utc"] = started_utc;
   j["command"] = command;
   return j;

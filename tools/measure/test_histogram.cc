@@ -14,6 +14,8 @@
 #include "cli.h"
 #include "histogram.h"
 #include "output.h"
+#include "run_info.h"
+#include "trust.h"
 
 namespace {
 
@@ -287,4 +289,22 @@ TEST_CASE("the CDF ends at the maximum, also past the top bucket") {
   REQUIRE(!cdf.empty());
   CHECK(cdf.back().first == static_cast<double>(huge) / 1e3);
   CHECK(cdf.back().second == 1.0);
+}
+
+TEST_CASE("the load check counts runnable threads beside the run, not the load average") {
+  const char* argv[] = {"test"};
+  measure::RunInfo run(1, const_cast<char**>(argv));
+  run.cpus = 2;
+  run.load_avg_start = 5.0;  // a build that ended a few seconds ago
+  run.load_avg_end = 5.0;
+  run.runnable_start = 2;  // the sampler and a local server
+  run.runnable_end = 1;
+  CHECK(!measure::check_load(run, 1));  // one cpu left: the server fits
+  CHECK(measure::check_load(run, 2));   // none left: the server competed
+  run.runnable_end = 4;                 // two compilers beside a 1-core run
+  const auto w = measure::check_load(run, 1);
+  REQUIRE(w);
+  CHECK(w->find("3 other threads runnable") != std::string::npos);
+  run.runnable_start = run.runnable_end = -1;  // /proc/stat unreadable
+  CHECK(!measure::check_load(run, 1));
 }

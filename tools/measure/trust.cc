@@ -18,22 +18,14 @@ std::uint64_t involuntary_switches() {
 
 }  // namespace
 
-double load_threshold(int cpus, int busy_cores) {
-  return std::max(0.5, static_cast<double>(cpus - busy_cores));
-}
-
 std::optional<std::string> check_load(const RunInfo& run, int busy_cores) {
-  const double threshold = load_threshold(run.cpus, busy_cores);
-  double worst = run.load_avg_start;
-  if (run.load_avg_end >= 0) {
-    // The kernel's 1-minute average moves towards the number of runnable
-    // threads with a 60 s time constant; our own busy threads count.
-    const double elapsed_s = std::max(0.0, run.finished_monotonic_s - run.started_monotonic_s);
-    const double own = busy_cores * (1.0 - std::exp(-elapsed_s / 60.0));
-    worst = std::max(worst, run.load_avg_end - own);
-  }
-  if (worst <= threshold) return std::nullopt;
-  return fmt::format("machine busy: load average {:.2f} on {} cpus", worst, run.cpus);
+  // The thread that sampled procs_running was running: it is not "other".
+  const int others = std::max(run.runnable_start, run.runnable_end) - 1;
+  const int free_cpus = std::max(0, run.cpus - busy_cores);
+  if (others <= free_cpus) return std::nullopt;
+  return fmt::format(
+      "machine busy: {} other threads runnable, {} cpus left beside this run's {} busy-polling",
+      others, free_cpus, busy_cores);
 }
 
 void ContextSwitches::start() { start_ = stop_ = involuntary_switches(); }

@@ -15,14 +15,15 @@
 
 namespace measure {
 
-// The load the machine may carry beside a run that busy-polls busy_cores
-// cores: cpus - busy_cores, at least 0.5.
-double load_threshold(int cpus, int busy_cores);
-
-// "machine busy: load average X on N cpus" when the load average at the
-// start or at the end of the run exceeds load_threshold(). The end sample
-// is compared after removing what the run's own busy_cores add to the
-// 1-minute average over its duration (busy_cores * (1 - e^(-t/60))).
+// "machine busy: ..." when, right before or right after the run, other
+// threads were runnable than fit on the cpus the run's busy_cores
+// busy-polling threads leave free: runnable threads (/proc/stat
+// procs_running, less the sampling thread itself) above cpus - busy_cores.
+// The samples are taken outside the measurement, when the run's own
+// polling threads are not running yet or any more; a local server process
+// counts as other. The 1-minute load average is not used for this: it
+// still counts a build that ended seconds before the run (the run info
+// records it).
 std::optional<std::string> check_load(const RunInfo& run, int busy_cores);
 
 // Involuntary context switches of this process (all threads) between
