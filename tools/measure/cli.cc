@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -151,6 +152,12 @@ void apply_conventions(CLI::App& app) {
 }
 
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  // The usage line and errors name the program as it was run (an installed
+  // librpc-latency, not the name it was written under).
+  if (argc > 0 && argv[0] != nullptr && argv[0][0] != '\0') {
+    const std::string_view invoked = argv[0];
+    app.name(std::string(invoked.substr(invoked.rfind('/') + 1)));
+  }
   apply_conventions(app);
   try {
     app.parse(argc, argv);

@@ -44,8 +44,8 @@ void add_output_options(CLI::App& app, std::string& json_path, std::string& csv_
 // app.parse(argc, argv) with this project's exit statuses: nullopt when the
 // program should go on; 0 after printing the help (--help, -h); 2 after
 // printing a parse error and the hint to run with --help (CLI11's own codes
-// differ). Before parsing it applies the conventions of every program here
-// (apply_conventions).
+// differ). Before parsing it names the app after argv[0]'s file name and
+// applies the conventions of every program here (apply_conventions).
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 // The command-line conventions the hand-written parsers had, on every option
