@@ -36,6 +36,14 @@ mkdir -p "$bdir/gen"
   sed -n 's/^RPC_MODULE(\([a-z0-9_]*\),.*/#define RPC_MODULE_BUILT_\1 0/p' "$root/src/transport/transports.def"
 } >"$cfg.tmp"
 cmp -s "$cfg.tmp" "$cfg" 2>/dev/null && rm "$cfg.tmp" || mv "$cfg.tmp" "$cfg"
+# <librpc/version.h>, which meson generates from include/librpc/version.h.in.
+version=$(sed -n "s/^ *version : '\([0-9.]*\)',.*/\1/p" "$root/meson.build" | head -1)
+IFS=. read -r v_major v_minor v_patch <<<"$version"
+mkdir -p "$bdir/gen/librpc"
+sed -e "s/@MAJOR@/$v_major/; s/@MINOR@/$v_minor/; s/@PATCH@/$v_patch/; s/@VERSION@/$version/" \
+  "$root/include/librpc/version.h.in" >"$bdir/gen/librpc/version.h.tmp"
+cmp -s "$bdir/gen/librpc/version.h.tmp" "$bdir/gen/librpc/version.h" 2>/dev/null &&
+  rm "$bdir/gen/librpc/version.h.tmp" || mv "$bdir/gen/librpc/version.h.tmp" "$bdir/gen/librpc/version.h"
 
 # The library sources, from src/meson.build so the list never drifts.
 mapfile -t lib_srcs < <(sed -n '/^rpc_sources = files(/,/^)/p' "$root/src/meson.build" |
