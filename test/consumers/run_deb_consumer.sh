@@ -191,23 +191,19 @@ if command -v cmake >/dev/null; then
   fi
 fi
 
-# --- 4. the fabric module from the package ------------------------------------
-module=$libdir/librpc/librpc-fabric.so
-if [[ $(owner "$module") = librpc-transport-fabric ]]; then
-  pass "$module is librpc-transport-fabric's"
-else
-  fail "$module is not installed by librpc-transport-fabric"
-fi
+# --- 4. the transport modules from their packages ----------------------------
+for name in fabric verbs; do
+  module=$libdir/librpc/librpc-$name.so
+  if [[ $(owner "$module") = librpc-transport-$name ]]; then
+    pass "$module is librpc-transport-$name's"
+  else
+    fail "$module is not installed by librpc-transport-$name"
+  fi
+done
 if output=$(cd "$tmp" && timeout 60 ./consumer/consumer --fabric 2>&1) && [[ $output = ok* ]]; then
   pass "an Rpc over fabric (shm) loads the packaged module from its default path"
 else
   fail "an Rpc over fabric (shm) with the packaged module: $output"
-fi
-module=$libdir/librpc/librpc-verbs.so
-if [[ $(owner "$module") = librpc-transport-verbs ]]; then
-  pass "$module is librpc-transport-verbs's"
-else
-  fail "$module is not installed by librpc-transport-verbs"
 fi
 
 # --- 5. tools -----------------------------------------------------------------
