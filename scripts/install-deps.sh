@@ -6,7 +6,8 @@
 #
 #   bash scripts/install-deps.sh [GROUP...]
 #
-# Without a group: building, testing and the demos. Groups:
+# Without a group: building, testing, the demos and the apps (libraft for
+# apps/smr, libcuckoo and libmemcached + memcached for apps/kv). Groups:
 #   --rxe-vm     what scripts/rxe-vm.sh needs to boot its Soft-RoCE VM
 #                (QEMU, busybox, kmod, ibverbs-utils; about 70 MB). The VM
 #                script also downloads Debian's stock kernel package once into
@@ -20,6 +21,7 @@ base=(
   libfmt-dev libasio-dev catch2 libcli11-dev nlohmann-json3-dev
   libibverbs-dev rdma-core perftest libfabric-dev
   clang libclang-rt-14-dev iproute2 python3
+  libraft-dev libuv1-dev libcuckoo-dev libmemcached-dev memcached
 )
 packages=()
 [ $# -eq 0 ] && packages=("${base[@]}")
