@@ -14,6 +14,7 @@ packages=(
   ucx-utils libucx-dev                                                    # ucx_perftest, ucx_info
   libfabric-bin                                                           # fi_pingpong, fi_info
   sockperf iperf3 qperf                                                   # UDP ping-pong, TCP streams
+  libmemcached-tools                                                      # memcaslap (kv_vs_memcached.sh)
   iproute2 util-linux coreutils                                           # ss, taskset, timeout
 )
 

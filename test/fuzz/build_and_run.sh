@@ -16,11 +16,13 @@ secs=${1:-20}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=$root/build-fuzz
 fuzz_src=$root/test/fuzz
-targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing)
+targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing fuzz_kv_protocol)
 # Largest input worth mutating, per target: a header plus lengths; one SM
 # datagram and a bit more; a few dozen 128-byte packets; one routing info.
 declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096
-                    [fuzz_verbs_routing]=48)
+                    [fuzz_verbs_routing]=48 [fuzz_kv_protocol]=600)
+# Sources a target needs beyond the library's (from the top of the tree).
+declare -A extra_srcs=([fuzz_kv_protocol]="apps/kv/protocol.cc")
 
 CXX=${CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "build_and_run.sh: $CXX not found" >&2; exit 2; }
@@ -79,7 +81,13 @@ libs="$(pkg-config --libs fmt 2>/dev/null || echo -lfmt) -pthread"
   for t in "${targets[@]}"; do
     echo "build obj/$t.o: cxx $fuzz_src/$t.cc"
     echo "  extra = -fsanitize=fuzzer-no-link"
-    echo "build $t: link obj/$t.o ${objs[*]}"
+    extra_objs=()
+    for s in ${extra_srcs[$t]:-}; do
+      extra_objs+=("obj/extra/${s%.cc}.o")
+      echo "build obj/extra/${s%.cc}.o: cxx $root/$s"
+      echo "  extra = -fsanitize=fuzzer-no-link"
+    done
+    echo "build $t: link obj/$t.o ${extra_objs[*]} ${objs[*]}"
   done
 } >"$bdir/build.ninja.tmp"
 mv "$bdir/build.ninja.tmp" "$bdir/build.ninja"

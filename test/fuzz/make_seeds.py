@@ -113,6 +113,15 @@ def main():
     write(t, 'dc_offer', verbs_routing(2, 16, struct.pack('<IQ', 0x345, 0x0123456789ABCDEF)))
     write(t, 'layout2', verbs_routing(0, 16, struct.pack('<III', 0x12, 0xABCDEF, 0), layout=2))
 
+    # fuzz_kv_protocol: a selector byte (0 key request, 1 PUT, 2 INFO
+    # response), then the message (apps/kv/protocol.h).
+    t = 'fuzz_kv_protocol'
+    key = b'user000000000042'
+    write(t, 'get', b'\x00' + struct.pack('<H', len(key)) + key)
+    write(t, 'put', b'\x01' + struct.pack('<HI', len(key), 32) + key + b'v' * 32)
+    write(t, 'put_empty_value', b'\x01' + struct.pack('<HI', 1, 0) + b'k')
+    write(t, 'info', b'\x02' + struct.pack('<HI', 4, 1 << 20))
+
 
 if __name__ == '__main__':
     main()
