@@ -3,7 +3,9 @@
 # test suite, then prints the skipped tests with their reasons and the counts
 # (scripts/test_summary.py). Usage: bash scripts/test.sh
 # Env: BUILD_DIR (default build), MESON_SETUP_ARGS (extra `meson setup`
-# args, e.g. sanitizers), MESON_TEST_ARGS (extra `meson test` args).
+# args, e.g. sanitizers), MESON_TEST_ARGS (extra `meson test` args),
+# BUILD_ONLY_TESTED=1 (build only the programs the selected tests need,
+# scripts/test_targets.py, instead of everything: for the sanitizer builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,13 +20,23 @@ else
   meson configure "$build_dir" -Dwerror=true -Dtests=true -Dapps=true -Dbench=true
 fi
 build_start=$(date +%s)
-ninja -C "$build_dir"
+rebuild_args=()
+if [ "${BUILD_ONLY_TESTED:-0}" = 1 ]; then
+  # shellcheck disable=SC2086
+  mapfile -t targets < <(python3 scripts/test_targets.py "$build_dir" ${MESON_TEST_ARGS:-})
+  [ ${#targets[@]} -gt 0 ] || { echo "test.sh: no targets to build" >&2; exit 1; }
+  echo "test.sh: building the ${#targets[@]} programs the selected tests need"
+  ninja -C "$build_dir" "${targets[@]}"
+  rebuild_args=(--no-rebuild)
+else
+  ninja -C "$build_dir"
+fi
 build_s=$(($(date +%s) - build_start))
 test_start=$(date +%s)
 # --print-errorlogs shows a failing test's output; the summary ends with
 # "Ok: N  Fail: N ..." lines.
 status=0
-meson test -C "$build_dir" --print-errorlogs ${MESON_TEST_ARGS:-} || status=$?
+meson test -C "$build_dir" --print-errorlogs "${rebuild_args[@]}" ${MESON_TEST_ARGS:-} || status=$?
 # One closing line counting Catch2 test cases across the suites.
 python3 scripts/test_summary.py "$build_dir/meson-logs/testlog.json" || status=1
 echo "test.sh: built in $build_s s, tests ran in $(($(date +%s) - test_start)) s"
