@@ -194,6 +194,13 @@ struct TestServer {
   ~TestServer() {
     for (auto& l : loops) l->stop();
   }
+  // Keys held by partition i, read on its own thread (run_and_wait orders
+  // the read after the handlers' writes; reading from here would race).
+  size_t keys(size_t i) {
+    size_t n = 0;
+    REQUIRE(loops[i]->run_and_wait([&](rpc::Rpc&) { n = parts[i].table.size(); }));
+    return n;
+  }
   rpc::Nexus nexus;
   std::deque<kv::Partition> parts;
   std::vector<std::unique_ptr<rpc::EventLoopThread>> loops;
@@ -220,8 +227,9 @@ TEST_CASE("the service stores, reads back and deletes keys over every partition"
     written[key] = value;
   }
   // Both partitions hold some keys, each only its own.
-  for (const auto& p : server.parts) CHECK(p.table.size() > 0);
-  CHECK(server.parts[0].table.size() + server.parts[1].table.size() == 64);
+  CHECK(server.keys(0) > 0);
+  CHECK(server.keys(1) > 0);
+  CHECK(server.keys(0) + server.keys(1) == 64);
   for (const auto& [key, value] : written) {
     auto got = client->get_sync(key, kTimeout);
     REQUIRE(got);
@@ -321,5 +329,5 @@ TEST_CASE("the load generator runs a YCSB mix with no failures and no lost write
   CHECK(r.misses == 0);  // every record was preloaded
   CHECK(r.ops > 0);
   CHECK(r.get_ns.count() + r.put_ns.count() == r.ops);
-  CHECK(server.parts[0].table.size() + server.parts[1].table.size() == 2000);
+  CHECK(server.keys(0) + server.keys(1) == 2000);
 }
