@@ -20,7 +20,12 @@ targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing)
 # Largest input worth mutating, per target: a header plus lengths; one SM
 # datagram and a bit more; a few dozen 128-byte packets; one routing info.
 declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096
-                    [fuzz_verbs_routing]=48)
+                    [fuzz_verbs_routing]=48 [fuzz_smr_raft_msg]=4096)
+# apps/smr's raft message decoder: its own source and libraft, not librpc.
+smr_targets=()
+if pkg-config --exists raft 2>/dev/null; then
+  smr_targets=(fuzz_smr_raft_msg)
+fi
 
 CXX=${CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "build_and_run.sh: $CXX not found" >&2; exit 2; }
@@ -81,7 +86,16 @@ libs="$(pkg-config --libs fmt 2>/dev/null || echo -lfmt) -pthread"
     echo "  extra = -fsanitize=fuzzer-no-link"
     echo "build $t: link obj/$t.o ${objs[*]}"
   done
+  for t in "${smr_targets[@]}"; do
+    echo "build obj/$t.o: cxx $fuzz_src/$t.cc"
+    echo "  extra = -fsanitize=fuzzer-no-link"
+    echo "build obj/smr/raft_codec.o: cxx $root/apps/smr/raft_codec.cc"
+    echo "  extra = -fsanitize=fuzzer-no-link"
+    echo "build $t: link obj/$t.o obj/smr/raft_codec.o"
+    echo "  libs = $libs $(pkg-config --libs raft)"
+  done
 } >"$bdir/build.ninja.tmp"
+targets+=("${smr_targets[@]}")
 mv "$bdir/build.ninja.tmp" "$bdir/build.ninja"
 ninja -C "$bdir" "${targets[@]}"
 
