@@ -3,6 +3,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -41,10 +42,11 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
   io_.start = [](raft_io* io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv) {
     RpcRaftIo& s = self_of(io);
     if (s.rpc_ == nullptr) return RAFT_INVALID;
-    s.tick_ms_ = msecs;
+    s.tick_ms_ = std::min(msecs, kTickResolutionMs);
     s.tick_cb_ = tick;
     s.recv_cb_ = recv;
-    s.next_tick_ms_ = s.now_ms() + msecs;
+    s.next_tick_ms_ = s.now_ms() + s.tick_ms_;
+    s.connect_peers();
     return 0;
   };
   io_.bootstrap = [](raft_io* io, const raft_configuration* conf) {
@@ -130,6 +132,12 @@ RpcRaftIo::Peer* RpcRaftIo::session_to(raft_id id) {
   if (!sn) return nullptr;
   p.session = *sn;
   return &p;
+}
+
+void RpcRaftIo::connect_peers() {
+  for (auto& [id, p] : peers_) {
+    if (id != self_) session_to(id);
+  }
 }
 
 int RpcRaftIo::send(raft_io_send* req, const raft_message& msg, raft_io_send_cb cb) {
@@ -234,6 +242,10 @@ bool RpcRaftIo::poll() {
   }
   if (tick_cb_ != nullptr && !closing_) {
     const uint64_t now = now_ms();
+    if (now - last_connect_check_ms_ >= kReconnectIntervalMs) {
+      last_connect_check_ms_ = now;
+      connect_peers();
+    }
     if (now >= next_tick_ms_) {
       next_tick_ms_ = now + tick_ms_;
       tick_cb_(&io_);

@@ -66,6 +66,11 @@ class RpcRaftIo {
   // At most this many requests in flight to one peer; beyond it a message
   // is dropped (libraft resends: a peer that does not keep up is probed).
   static constexpr uint32_t kMaxInFlightPerPeer = 64;
+  // libraft checks its timers only when ticked: ticking at its heartbeat
+  // interval (what it asks for) quantizes election timeouts to that step,
+  // so followers often time out in the same tick and split the vote. Ticks
+  // come this often instead (more ticks are harmless: each compares times).
+  static constexpr unsigned kTickResolutionMs = 1;
   // A failed session is made again at most this often.
   static constexpr uint64_t kReconnectIntervalMs = 100;
 
@@ -82,6 +87,11 @@ class RpcRaftIo {
   static RpcRaftIo& self_of(raft_io* io) { return *static_cast<RpcRaftIo*>(io->impl); }
   int send(raft_io_send* req, const raft_message& msg, raft_io_send_cb cb);
   Peer* session_to(raft_id id);
+  // Sessions to every peer are made at start and remade after a failure,
+  // not on first use: a candidate's first RequestVote would otherwise wait
+  // for a session handshake (tens of ms), long enough for the other
+  // follower to time out too and split the vote.
+  void connect_peers();
   void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
 
   raft_io io_{};
@@ -93,6 +103,7 @@ class RpcRaftIo {
   std::mt19937 rng_;
   unsigned tick_ms_ = 0;
   uint64_t next_tick_ms_ = 0;
+  uint64_t last_connect_check_ms_ = 0;
   raft_io_tick_cb tick_cb_ = nullptr;
   raft_io_recv_cb recv_cb_ = nullptr;
   bool closing_ = false;
