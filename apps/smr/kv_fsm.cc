@@ -2,6 +2,7 @@
 #include "kv_fsm.h"
 
 #include <cstring>
+#include <map>
 
 namespace smr {
 
@@ -52,6 +53,20 @@ KvFsm::KvFsm() {
     raft_free(buf->base);  // on success the buffer is ours (snapshot.c)
     return 0;
   };
+}
+
+uint64_t KvFsm::digest() const {
+  const std::map<std::string, std::string> sorted(map_.begin(), map_.end());
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::string& s) {
+    for (const char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // separator: ("ab","c") != ("a","bc")
+  };
+  for (const auto& [k, v] : sorted) {
+    mix(k);
+    mix(v);
+  }
+  return h;
 }
 
 }  // namespace smr

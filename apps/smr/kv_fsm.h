@@ -27,6 +27,8 @@ class KvFsm {
   raft_fsm* fsm() { return &fsm_; }
   const KvMap& map() const { return map_; }
   uint64_t applied() const { return applied_; }
+  // FNV-1a over the pairs in key order: equal on replicas with equal maps.
+  uint64_t digest() const;
 
  private:
   static KvFsm& self_of(raft_fsm* fsm) { return *static_cast<KvFsm*>(fsm->data); }

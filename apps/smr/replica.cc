@@ -237,10 +237,12 @@ int Replica::run(rpc::Rpc& rpc) {
   auto last_work = Clock::now();
   const auto spin = std::chrono::microseconds(opt_.spin_us);
   bool closing = false;
+  raft_index last_applied = 0;
   while (!io_.closed()) {
     if (!closing && (app::g_stop_requested.load(std::memory_order_relaxed) ||
                      (opt_.seconds != 0 && Clock::now() >= end))) {
       closing = true;
+      last_applied = raft_last_applied(&raft_);
       raft_.data = this;
       raft_close(&raft_, [](raft* r) { static_cast<Replica*>(r->data)->raft_closed_ = true; });
     }
@@ -272,10 +274,10 @@ int Replica::run(rpc::Rpc& rpc) {
   for (int i = 0; i < 100; i++) rpc.run_event_loop_once();
   const auto& s = io_.stats();
   fmt::print(
-      "replica {}: stopped; applied={} keys={} raft_sent={} raft_received={} "
-      "raft_rejected={} send_dropped={} entries_trimmed={} raft_closed={}\n",
-      opt_.id, fsm_.applied(), fsm_.map().size(), s.sent, s.received, s.rejected, s.send_dropped,
-      s.entries_trimmed, raft_closed_ ? 1 : 0);
+      "replica {}: stopped; last_applied={} digest={:016x} applied={} keys={} raft_sent={} "
+      "raft_received={} raft_rejected={} send_dropped={} entries_trimmed={} raft_closed={}\n",
+      opt_.id, last_applied, fsm_.digest(), fsm_.applied(), fsm_.map().size(), s.sent, s.received,
+      s.rejected, s.send_dropped, s.entries_trimmed, raft_closed_ ? 1 : 0);
   return app::kExitOk;
 }
 

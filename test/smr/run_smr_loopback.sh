@@ -52,7 +52,7 @@ client stream --count 400 --acked "$WORK/acked" >"$WORK/stream.log" 2>&1 &
 spid=$!
 EXTRA_PIDS+=("$spid")
 # Let some writes be acknowledged, then kill the leader mid-stream.
-for _ in $(seq 200); do [ "$(wc -l <"$WORK/acked" 2>/dev/null || echo 0)" -ge 100 ] && break; sleep 0.05; done
+for _ in $(seq 200); do [ "$(cat "$WORK/acked" 2>/dev/null | wc -l)" -ge 100 ] && break; sleep 0.05; done
 old=$(current_leader)
 before=$(wc -l <"$WORK/acked")
 kill -KILL "${RPID[$old]}"

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# apps/smr across network namespaces: three replica "hosts", each joined to
+# a bridge (a switch) in a middle namespace through its own userspace link
+# (test/netns/netns_link.cc: netem's loss/delay model, since this kernel has
+# no sch_netem). Scenarios:
+#   baseline            leader elected; writes committed and read back
+#   leader-kill         the leader is SIGKILLed while a client streams writes:
+#                       a new leader within the bound, no acknowledged write lost
+#   partition-minority  the leader is cut off (its switch port down): a write
+#                       sent to it is never acknowledged and, after healing,
+#                       is not in the store; the majority elects a leader and
+#                       commits; all replicas converge
+#   loss-5%, loss-20%   loss on every link: a concurrent register history is
+#                       linearizable and the replicas converge (same applied
+#                       index, same state digest)
+#
+#   run_smr_netns.sh REPLICA CLIENT CHECKER NETNS_LINK
+# Needs root; exits 77 (skip) without it. SMR_SCENARIOS="a b" runs some only.
+set -u
+REPLICA=$1
+CLIENT=$2
+CHECKER=$3
+LINK=$4
+ONLY=${SMR_SCENARIOS:-}
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null 2>&1 || skip "iproute2 (ip) is not installed"
+for p in "$REPLICA" "$CLIENT" "$LINK"; do [ -x "$p" ] || { echo "not executable: $p" >&2; exit 2; }; done
+
+ID=$(($$ % 100000))
+NS_M=smr-m-$ID
+WORK=$(mktemp -d /tmp/librpc-smr-netns.XXXXXX)
+ELECTION_MS=500
+HEARTBEAT_MS=50
+PORT=31850
+declare -A NS IP MAC LINKPID
+for i in 1 2 3; do
+  NS[$i]=smr-h$i-$ID
+  IP[$i]=10.184.77.$i
+done
+PEERS="1=${IP[1]}:$PORT,2=${IP[2]}:$PORT,3=${IP[3]}:$PORT"
+# shellcheck source=smr_lib.sh
+. "$(dirname "$0")/smr_lib.sh"
+CREATED_NS=()
+
+T() { timeout 10 "$@"; }
+cleanup() {
+  trap - EXIT INT TERM
+  stop_all
+  local i ns
+  for i in "${!LINKPID[@]}"; do kill -TERM "${LINKPID[$i]}" 2>/dev/null; wait "${LINKPID[$i]}" 2>/dev/null; done
+  for ns in "${CREATED_NS[@]}"; do T ip netns del "$ns" >/dev/null 2>&1; done
+  if [ "${SMR_KEEP_LOGS:-0}" = 1 ]; then echo "logs in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'echo interrupted; exit 130' INT TERM
+
+new_ns() {
+  T ip netns add "$1" || return 1
+  CREATED_NS+=("$1")
+  T ip -n "$1" link set lo up
+  T ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6;
+    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6' 2>/dev/null
+  return 0
+}
+
+setup() {
+  new_ns "$NS_M" || skip "'ip netns add' does not work here"
+  T ip -n "$NS_M" link add br0 type bridge || return 1
+  T ip -n "$NS_M" link set br0 up || return 1
+  local i
+  for i in 1 2 3; do
+    new_ns "${NS[$i]}" || return 1
+    new_ns "smr-l$i-$ID" || return 1
+    T ip -n "${NS[$i]}" link add "h$i" type veth peer name "l$i" netns "smr-l$i-$ID" || return 1
+    T ip -n "smr-l$i-$ID" link add "lb$i" type veth peer name "m$i" netns "$NS_M" || return 1
+    T ip -n "$NS_M" link set "m$i" master br0 || return 1
+    T ip -n "$NS_M" link set "m$i" up || return 1
+    T ip -n "smr-l$i-$ID" link set "l$i" up || return 1
+    T ip -n "smr-l$i-$ID" link set "lb$i" up || return 1
+    T ip -n "${NS[$i]}" addr add "${IP[$i]}/24" dev "h$i" || return 1
+    # The AF_PACKET link forwards frames, not 64 KiB GSO skbs (as in
+    # test/netns/run_netns_tests.sh).
+    T ip -n "${NS[$i]}" link set "h$i" gso_max_segs 1 || return 1
+    T ip -n "${NS[$i]}" link set "h$i" up || return 1
+    MAC[$i]=$(T ip -n "${NS[$i]}" -o link show dev "h$i" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+  done
+  local j
+  # Static neighbours: no ARP across lossy links.
+  for i in 1 2 3; do
+    for j in 1 2 3; do
+      [ "$i" = "$j" ] && continue
+      T ip -n "${NS[$i]}" neigh replace "${IP[$j]}" lladdr "${MAC[$j]}" dev "h$i" nud permanent || return 1
+    done
+  done
+}
+
+# links NETEM-ARGS...: (re)starts the three links with this fault model.
+links() {
+  local i
+  for i in "${!LINKPID[@]}"; do kill -TERM "${LINKPID[$i]}" 2>/dev/null; wait "${LINKPID[$i]}" 2>/dev/null; done
+  LINKPID=()
+  for i in 1 2 3; do
+    ip netns exec "smr-l$i-$ID" "$LINK" --a "l$i" --b "lb$i" -- "$@" >"$WORK/link$i.txt" 2>&1 &
+    LINKPID[$i]=$!
+  done
+  for i in 1 2 3; do
+    for _ in $(seq 100); do grep -q "netns_link ready" "$WORK/link$i.txt" && break; sleep 0.05; done
+    grep -q "netns_link ready" "$WORK/link$i.txt" || return 1
+  done
+}
+
+# client NS-INDEX ARGS...: the client on host i.
+client() {
+  local i=$1
+  shift
+  ip netns exec "${NS[$i]}" timeout 120 "$CLIENT" --uri "${IP[$i]}:0" "$@"
+}
+
+start_cluster() {
+  stop_all
+  local i
+  for i in 1 2 3; do
+    [ -f "$WORK/r$i.log" ] && cat "$WORK/r$i.log" >>"$WORK/all-r$i.txt"
+    rm -f "$WORK/r$i.log"
+    start_replica "$i" ip netns exec "${NS[$i]}"
+  done
+  # Not in $( ): the replicas' pids must stay in this shell's RPID.
+  LEADER=$(wait_leader 15)
+}
+
+# converged: stops the replicas; true when all report the same applied
+# index and state digest. Sets CONVERGE_NOTE.
+converged() {
+  stop_all
+  local i vals=() v
+  for i in 1 2 3; do
+    v=$(grep -o 'last_applied=[0-9]* digest=[0-9a-f]*' "$WORK/r$i.log" | tail -1)
+    vals+=("$v")
+  done
+  CONVERGE_NOTE="${vals[0]}"
+  [ -n "${vals[0]}" ] && [ "${vals[0]}" = "${vals[1]}" ] && [ "${vals[1]}" = "${vals[2]}" ] && return 0
+  CONVERGE_NOTE="replicas differ: ${vals[*]}"
+  return 1
+}
+
+want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
+setup || { echo "FAIL setup"; echo "0 passed, 1 failed"; exit 1; }
+links || { echo "FAIL setup: links did not start"; exit 1; }
+echo "netns: replicas ${IP[1]} ${IP[2]} ${IP[3]}, each behind a userspace link, one bridge"
+
+# ---------------------------------------------------------------- baseline
+if want baseline; then
+  start_cluster
+  leader=$LEADER
+  if [ -z "$leader" ]; then
+    fail "baseline: no leader within 15 s"
+  else
+    out=$(client 1 --peers "$PEERS" put hello world 2>&1)
+    got=$(client 2 --peers "$PEERS" get hello 2>&1)
+    client 3 --peers "$PEERS" stream --count 200 --acked "$WORK/b.acked" >"$WORK/b.stream" 2>&1
+    src=$?
+    client 1 --peers "$PEERS" verify --acked "$WORK/b.acked" >"$WORK/b.verify" 2>&1
+    vrc=$?
+    if [[ $got != value=world* ]]; then
+      fail "baseline: put said '$out', get said '$got'"
+    elif [ $src -ne 0 ] || [ $vrc -ne 0 ]; then
+      fail "baseline: stream exit $src, verify exit $vrc: $(tail -1 "$WORK/b.verify")"
+    else
+      pass "baseline (replica $leader leads; $got; $(tail -1 "$WORK/b.verify"))"
+    fi
+  fi
+fi
+
+# ------------------------------------------------------------- leader-kill
+if want leader-kill; then
+  start_cluster
+  old=$LEADER
+  if [ -z "$old" ]; then
+    fail "leader-kill: no leader"
+  else
+    c=$((old % 3 + 1))  # a surviving host runs the client
+    client "$c" --peers "$PEERS" stream --count 400 --acked "$WORK/k.acked" >"$WORK/k.stream" 2>&1 &
+    spid=$!
+    EXTRA_PIDS+=("$spid")
+    for _ in $(seq 300); do [ "$(cat "$WORK/k.acked" 2>/dev/null | wc -l)" -ge 100 ] && break; sleep 0.05; done
+    before=$(wc -l <"$WORK/k.acked")
+    t_kill=$(now_ms)
+    kill -KILL "${RPID[$old]}"
+    wait "${RPID[$old]}" 2>/dev/null
+    unset "RPID[$old]"
+    new=$(wait_leader 10 "$old")
+    t_new=$(($(leader_since_ms "${new:-0}" || echo 0) - t_kill))
+    wait "$spid"
+    src=$?
+    client "$c" --peers "$PEERS" verify --acked "$WORK/k.acked" >"$WORK/k.verify" 2>&1
+    vrc=$?
+    if [ -z "$new" ]; then
+      fail "leader-kill: no new leader after killing $old"
+    elif [ "$t_new" -gt $((2 * ELECTION_MS + 250)) ]; then
+      fail "leader-kill: new leader $new only after $t_new ms (election timeout $ELECTION_MS ms)"
+    elif [ $src -ne 0 ] || [ $vrc -ne 0 ]; then
+      fail "leader-kill: stream exit $src, verify exit $vrc: $(tail -1 "$WORK/k.verify")"
+    else
+      pass "leader-kill (killed $old after $before acked; $new leads after $t_new ms; $(tail -1 "$WORK/k.verify"))"
+    fi
+  fi
+fi
+
+# ------------------------------------------------------ partition-minority
+if want partition-minority; then
+  start_cluster
+  old=$LEADER
+  if [ -z "$old" ]; then
+    fail "partition-minority: no leader"
+  else
+    client 1 --peers "$PEERS" put before-partition 1 >/dev/null 2>&1
+    T ip -n "$NS_M" link set "m$old" down
+    t_cut=$(now_ms)
+    # A write to the cut-off leader only: it must never be acknowledged.
+    client "$old" --peers "$old=${IP[$old]}:$PORT" --attempt-timeout-ms 500 --deadline-ms 3000 \
+      put minority-key lost >"$WORK/p.minority" 2>&1
+    mrc=$?
+    maj=$((old % 3 + 1))
+    new=$(wait_leader 10 "$old")
+    out=$(client "$maj" --peers "$PEERS" put majority-key kept 2>&1)
+    arc=$?
+    stepped=$(grep "^replica $old: state=" "$WORK/r$old.log" | tail -1 | grep -o 'state=[a-z]*')
+    T ip -n "$NS_M" link set "m$old" up
+    sleep 2  # the old leader rejoins, truncates its uncommitted entry, catches up
+    lost=$(client "$old" --peers "$PEERS" get minority-key 2>&1)
+    kept=$(client "$old" --peers "$PEERS" get majority-key 2>&1)
+    sleep 1  # followers learn the last commit index from the next heartbeats
+    if [ $mrc -eq 0 ]; then
+      fail "partition-minority: the cut-off leader acknowledged a write: $(cat "$WORK/p.minority")"
+    elif [ -z "$new" ] || [ $arc -ne 0 ]; then
+      fail "partition-minority: the majority did not commit (leader '${new:-}', put: $out)"
+    elif [[ $lost != "not found"* ]]; then
+      fail "partition-minority: the unacknowledged minority write is visible: $lost"
+    elif [[ $kept != value=kept* ]]; then
+      fail "partition-minority: the majority's write did not read back: $kept"
+    elif ! converged; then
+      fail "partition-minority: $CONVERGE_NOTE"
+    else
+      pass "partition-minority (cut $old: its write unacknowledged and absent after healing; it was $stepped when healed; $new led the majority; $CONVERGE_NOTE)"
+    fi
+  fi
+fi
+
+# ------------------------------------------------------------------- loss
+loss_scenario() {  # NAME NETEM-ARGS...
+  local name=$1
+  shift
+  want "$name" || return
+  if ! links "$@"; then
+    fail "$name: links did not start"
+    return
+  fi
+  start_cluster
+  if [ -z "$LEADER" ]; then
+    fail "$name: no leader"
+    return
+  fi
+  client 1 --peers "$PEERS" --attempt-timeout-ms 1000 history --clients 4 --ops 600 --keys 3 \
+    --out "$WORK/$name.jsonl" >"$WORK/$name.history" 2>&1
+  local hrc=$? check crc
+  check=$(python3 "$CHECKER" "$WORK/$name.jsonl" 2>&1)
+  crc=$?
+  client 2 --peers "$PEERS" put final 1 >/dev/null 2>&1
+  sleep 2
+  local lost
+  lost=$(grep -h '^link_stats' "$WORK"/link*.txt 2>/dev/null | grep -o 'lost=[0-9]*' | cut -d= -f2 | paste -sd+ | bc 2>/dev/null)
+  if [ $hrc -ne 0 ]; then
+    fail "$name: history client: $(tail -1 "$WORK/$name.history")"
+  elif [ $crc -ne 0 ]; then
+    fail "$name: $check"
+  elif ! converged; then
+    fail "$name: $CONVERGE_NOTE"
+  else
+    pass "$name ($check; $(tail -1 "$WORK/$name.history" | grep -o 'redirects=[0-9]*'); converged at $CONVERGE_NOTE)"
+  fi
+}
+loss_scenario loss-5% loss 5%
+loss_scenario loss-20% loss 20%
+links
+
+stop_all
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
