@@ -14,13 +14,19 @@
 #                       linearizable and the replicas converge (same applied
 #                       index, same state digest)
 #
-#   run_smr_netns.sh REPLICA CLIENT CHECKER NETNS_LINK
+#   bench               (only when asked: SMR_SCENARIOS=bench) raw UDP round trip
+#                       between two hosts (udp_pingpong, the 5th argument) and
+#                       the replicated commit latency and write rate, on the same
+#                       links; result files in SMR_BENCH_DIR (default: the work dir)
+#
+#   run_smr_netns.sh REPLICA CLIENT CHECKER NETNS_LINK [UDP_PINGPONG]
 # Needs root; exits 77 (skip) without it. SMR_SCENARIOS="a b" runs some only.
 set -u
 REPLICA=$1
 CLIENT=$2
 CHECKER=$3
 LINK=$4
+PINGPONG=${5:-}
 ONLY=${SMR_SCENARIOS:-}
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
@@ -144,7 +150,7 @@ converged() {
   return 1
 }
 
-want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+want() { { [ -z "$ONLY" ] && [ "$1" != bench ]; } || [[ " $ONLY " == *" $1 "* ]]; }
 
 setup || { echo "FAIL setup"; echo "0 passed, 1 failed"; exit 1; }
 links || { echo "FAIL setup: links did not start"; exit 1; }
@@ -284,6 +290,35 @@ loss_scenario() {  # NAME NETEM-ARGS...
 loss_scenario loss-5% loss 5%
 loss_scenario loss-20% loss 20%
 links
+
+# ------------------------------------------------------------------ bench
+if want bench; then
+  out=${SMR_BENCH_DIR:-$WORK}
+  mkdir -p "$out"
+  if [ -z "$PINGPONG" ] || [ ! -x "$PINGPONG" ]; then
+    fail "bench: give udp_pingpong as the 5th argument"
+  else
+    ip netns exec "${NS[2]}" "$PINGPONG" server --bind "${IP[2]}:40000" >"$WORK/pp.server" 2>&1 &
+    ppid=$!
+    EXTRA_PIDS+=("$ppid")
+    sleep 0.3
+    ip netns exec "${NS[1]}" timeout 60 "$PINGPONG" client --server "${IP[2]}:40000" --size 32 \
+      --iters 20000 --warmup 1000 --json "$out/udp_rtt.json" >"$WORK/pp.client" 2>&1
+    kill -TERM "$ppid" 2>/dev/null
+    wait "$ppid" 2>/dev/null
+    echo "raw UDP round trip, host 1 <-> host 2 (32 B, busy-polling both ends):"
+    sed 's/^/  /' "$WORK/pp.client" | tail -6
+    start_cluster
+    c=$((LEADER % 3 + 1))  # the client on a follower's host: client -> leader crosses a link
+    for conc in 1 16; do
+      client "$c" --peers "$PEERS" bench --seconds 5 --concurrency "$conc" --value-bytes 16 \
+        --json "$out/smr_commit_c$conc.json" >"$WORK/bench$conc.txt" 2>&1
+      echo "replicated put, client on host $c, leader $LEADER, $conc in flight:"
+      sed 's/^/  /' "$WORK/bench$conc.txt"
+    done
+    pass "bench (result files in $out)"
+  fi
+fi
 
 stop_all
 echo "$PASSED passed, $FAILED failed"
