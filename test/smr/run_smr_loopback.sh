@@ -8,6 +8,9 @@
 #                to it, and every acknowledged write reads back afterwards
 #   linearizable concurrent clients on three registers with a leader killed
 #                mid-run; tools/smr/linearizability.py checks the history
+#   five         five replicas; two leaders SIGKILLed one after the other:
+#                the remaining three (a majority) still commit, and every
+#                acknowledged write reads back
 #
 #   run_smr_loopback.sh REPLICA CLIENT CHECKER
 set -u
@@ -112,6 +115,42 @@ else
     fail "linearizable: only ${ok:-0} operations succeeded ($(tail -1 "$WORK/history.log"))"
   else
     pass "linearizable (leader $first killed mid-run; $check)"
+  fi
+fi
+
+# --- five
+stop_all
+PEERS="1=127.0.0.1:$((BASE + 3)),2=127.0.0.1:$((BASE + 4)),3=127.0.0.1:$((BASE + 5))"
+PEERS="$PEERS,4=127.0.0.1:$((BASE + 6)),5=127.0.0.1:$((BASE + 7))"
+for id in 1 2 3; do mv "$WORK/r$id.log" "$WORK/linearizable-r$id.txt"; done
+for id in 1 2 3 4 5; do start_replica "$id"; done
+killed=()
+if ! l1=$(wait_leader 10); then
+  fail "five: no leader"
+else
+  client stream --count 300 --acked "$WORK/five.acked" >"$WORK/five.stream" 2>&1 &
+  spid=$!
+  EXTRA_PIDS+=("$spid")
+  for l in 1 2; do
+    for _ in $(seq 200); do [ "$(cat "$WORK/five.acked" 2>/dev/null | wc -l)" -ge $((l * 80)) ] && break; sleep 0.05; done
+    leader=$(current_leader)
+    [ -n "$leader" ] || break
+    kill -KILL "${RPID[$leader]}"
+    wait "${RPID[$leader]}" 2>/dev/null
+    unset "RPID[$leader]"
+    killed+=("$leader")
+    wait_leader 10 "$leader" >/dev/null
+  done
+  wait "$spid"
+  src=$?
+  client verify --acked "$WORK/five.acked" >"$WORK/five.verify" 2>&1
+  vrc=$?
+  if [ ${#killed[@]} -ne 2 ]; then
+    fail "five: could not kill two leaders (killed ${killed[*]})"
+  elif [ $src -ne 0 ] || [ $vrc -ne 0 ]; then
+    fail "five: stream exit $src, verify exit $vrc: $(tail -1 "$WORK/five.verify")"
+  else
+    pass "five (leaders ${killed[*]} killed in turn; $(tail -1 "$WORK/five.verify"); now led by $(current_leader))"
   fi
 fi
 
