@@ -11,7 +11,11 @@ constexpr size_t kCommandHeaderBytes = 1 + 2 + 4;
 }  // namespace
 
 size_t command_size(const KvCommand& c) {
-  return kCommandHeaderBytes + c.key.size() + c.value.size();
+  // Padded to 8 bytes: raft_uv writes entry data unpadded but reads it back
+  // as if padded to 8 (it asserts len % 8 == 0, in debug builds only), so
+  // any other length corrupts its segments.
+  const size_t n = kCommandHeaderBytes + c.key.size() + c.value.size();
+  return (n + 7) / 8 * 8;
 }
 
 size_t encode_command(const KvCommand& c, uint8_t* out) {
@@ -21,6 +25,7 @@ size_t encode_command(const KvCommand& c, uint8_t* out) {
   w.u32(static_cast<uint32_t>(c.value.size()));
   w.bytes(c.key.data(), c.key.size());
   w.bytes(c.value.data(), c.value.size());
+  while (static_cast<size_t>(w.pos() - out) % 8 != 0) w.u8(0);
   return static_cast<size_t>(w.pos() - out);
 }
 
@@ -42,6 +47,11 @@ std::optional<KvCommand> decode_command(std::span<const uint8_t> bytes) {
   if (c.op == KvOp::kGet && value_len != 0) return std::nullopt;
   c.key = r.str(key_len);
   c.value = r.str(value_len);
+  // Then zeros up to a multiple of 8 bytes, no more.
+  if (!r.ok() || bytes.size() % 8 != 0 || r.remaining() >= 8) return std::nullopt;
+  while (r.remaining() > 0) {
+    if (r.u8() != 0) return std::nullopt;
+  }
   if (!r.at_end()) return std::nullopt;
   return c;
 }

@@ -28,12 +28,13 @@ struct KvCommand {
   std::string value;  // kPut only
 };
 
-// op(1) key_len(2) value_len(4) key value
+// op(1) key_len(2) value_len(4) key value, zeros to a multiple of 8 bytes
 std::vector<uint8_t> encode_command(const KvCommand& c);
 size_t encode_command(const KvCommand& c, uint8_t* out);  // returns bytes written
 size_t command_size(const KvCommand& c);
 // Refuses unknown ops, keys over kMaxKeyBytes, values over kMaxValueBytes,
-// a value on a get, short or trailing bytes.
+// a value on a get, short input, and anything after the key and value but
+// the zero padding to a multiple of 8 bytes.
 std::optional<KvCommand> decode_command(std::span<const uint8_t> bytes);
 
 enum class KvStatus : uint8_t {

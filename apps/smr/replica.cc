@@ -15,11 +15,14 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "app_common.h"
 #include "cli.h"
+#include "disk_store.h"
 #include "kv_fsm.h"
 #include "kv_proto.h"
 #include "librpc/rpc_all.h"
@@ -41,6 +44,7 @@ struct Options {
   uint64_t seconds = 0;
   uint64_t spin_us = 200;
   bool pre_vote = true;
+  std::string data_dir;  // empty: MemoryStore
   app::TransportOptions transport;
 };
 
@@ -51,7 +55,12 @@ constexpr size_t kMaxPendingApplies = 4096;
 class Replica {
  public:
   Replica(const Options& opt, std::map<uint64_t, std::string> peers)
-      : opt_(opt), peers_(std::move(peers)), io_(opt.id, peers_, store_) {}
+      : opt_(opt),
+        peers_(std::move(peers)),
+        disk_(opt.data_dir.empty() ? nullptr : std::make_unique<smr::DiskStore>(opt.data_dir)),
+        io_(opt.id, peers_, store_) {
+    if (disk_ != nullptr) io_.use_disk(*disk_);
+  }
 
   // The handlers and session callback reach the replica through
   // RpcConfig::context / captures; they only queue work for run().
@@ -90,6 +99,7 @@ class Replica {
   const Options& opt_;
   std::map<uint64_t, std::string> peers_;
   smr::MemoryStore store_;
+  std::unique_ptr<smr::DiskStore> disk_;
   smr::KvFsm fsm_;
   smr::RpcRaftIo io_;
   raft raft_{};
@@ -224,14 +234,17 @@ int Replica::run(rpc::Rpc& rpc) {
   }
   int rv = raft_bootstrap(&raft_, &conf);
   raft_configuration_close(&conf);
+  // A disk store that holds state already: restart from it.
+  if (rv == RAFT_CANTBOOTSTRAP && disk_ != nullptr) rv = 0;
   if (rv == 0) rv = raft_start(&raft_);
   if (rv != 0) {
     fmt::print(stderr, "smr_replica: cannot start raft: {} ({})\n", raft_strerror(rv),
                raft_errmsg(&raft_));
     return app::kExitFailure;
   }
-  fmt::print("replica {} listening on {} ({} replicas, election timeout {} ms)\n", opt_.id,
-             self_address, peers_.size(), opt_.election_timeout_ms);
+  fmt::print("replica {} listening on {} ({} replicas, election timeout {} ms, {} store)\n",
+             opt_.id, self_address, peers_.size(), opt_.election_timeout_ms,
+             disk_ != nullptr ? "disk" : "memory");
 
   const auto end = Clock::now() + std::chrono::seconds(opt_.seconds);
   auto last_work = Clock::now();
@@ -305,6 +318,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--pre-vote", opt.pre_vote, "raft pre-vote (dissertation 9.6)")
       ->capture_default_str();
+  cli.add_option("--data-dir", opt.data_dir,
+                 "keep raft's log in this directory (libraft's raft_uv store; it must exist) "
+                 "instead of in memory, so a replica can restart under its id");
   cli.add_option("--seconds", opt.seconds, "stop after N seconds (default: at SIGINT/SIGTERM)");
   cli.add_option("--spin-us", opt.spin_us,
                  "poll without sleeping this long after the last work, then nap 50 us")
@@ -345,6 +361,9 @@ int main(int argc, char** argv) {
     rpc::Rpc rpc(nexus, config);
     return replica.run(rpc);
   } catch (const rpc::Error& e) {
+    fmt::print(stderr, "smr_replica: {}\n", e.what());
+    return app::kExitFailure;
+  } catch (const std::runtime_error& e) {  // DiskStore
     fmt::print(stderr, "smr_replica: {}\n", e.what());
     return app::kExitFailure;
   }

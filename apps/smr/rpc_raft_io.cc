@@ -24,20 +24,33 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
   rng_.seed(static_cast<unsigned>(std::random_device{}() ^ self));
   io_.version = 1;
   io_.impl = this;
-  io_.init = [](raft_io*, raft_id, const char*) { return 0; };
+  // Storage calls go to raft_uv when a DiskStore is in use (its callbacks
+  // come from DiskStore::poll(), run by poll()), else to the MemoryStore.
+  io_.init = [](raft_io* io, raft_id id, const char* address) {
+    RpcRaftIo& s = self_of(io);
+    return s.disk_ != nullptr ? s.disk_->io()->init(s.disk_->io(), id, address) : 0;
+  };
   io_.close = [](raft_io* io, raft_io_close_cb cb) {
     RpcRaftIo& s = self_of(io);
     s.closing_ = true;
     s.tick_cb_ = nullptr;
-    // After every callback already queued, as libraft expects of a close.
-    s.defer([&s, io, cb] {
-      s.closed_ = true;
-      if (cb != nullptr) cb(io);
-    });
+    if (s.disk_ != nullptr) s.disk_->close();
+    // After every callback already queued (and raft_uv's close), as libraft
+    // expects of a close: poll() finishes it.
+    s.close_cb_ = cb;
+    s.close_pending_ = true;
   };
   io_.load = [](raft_io* io, raft_term* term, raft_id* voted_for, raft_snapshot** snapshot,
                 raft_index* start_index, raft_entry** entries, size_t* n_entries) {
-    return self_of(io).store_.load(term, voted_for, snapshot, start_index, entries, n_entries);
+    RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) {
+      raft_io* d = s.disk_->io();
+      const int rv = d->load(d, term, voted_for, snapshot, start_index, entries, n_entries);
+      // libraft reports the errmsg of the raft_io it was given: ours.
+      if (rv != 0) std::memcpy(io->errmsg, d->errmsg, sizeof io->errmsg);
+      return rv;
+    }
+    return s.store_.load(term, voted_for, snapshot, start_index, entries, n_entries);
   };
   io_.start = [](raft_io* io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv) {
     RpcRaftIo& s = self_of(io);
@@ -47,18 +60,30 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
     s.recv_cb_ = recv;
     s.next_tick_ms_ = s.now_ms() + s.tick_ms_;
     s.connect_peers();
+    if (s.disk_ != nullptr) {
+      // raft_uv's own tick and receive are unused: RpcRaftIo does both.
+      raft_io* d = s.disk_->io();
+      return d->start(
+          d, msecs, [](raft_io*) {}, [](raft_io*, raft_message*) {});
+    }
     return 0;
   };
   io_.bootstrap = [](raft_io* io, const raft_configuration* conf) {
-    return self_of(io).store_.bootstrap(*conf);
+    RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->bootstrap(s.disk_->io(), conf);
+    return s.store_.bootstrap(*conf);
   };
   io_.recover = [](raft_io*, const raft_configuration*) { return RAFT_NOTFOUND; };
   io_.set_term = [](raft_io* io, raft_term term) {
-    self_of(io).store_.set_term(term);
+    RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->set_term(s.disk_->io(), term);
+    s.store_.set_term(term);
     return 0;
   };
   io_.set_vote = [](raft_io* io, raft_id id) {
-    self_of(io).store_.set_vote(id);
+    RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->set_vote(s.disk_->io(), id);
+    s.store_.set_vote(id);
     return 0;
   };
   io_.send = [](raft_io* io, raft_io_send* req, const raft_message* msg, raft_io_send_cb cb) {
@@ -67,6 +92,7 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
   io_.append = [](raft_io* io, raft_io_append* req, const raft_entry entries[], unsigned n,
                   raft_io_append_cb cb) {
     RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->append(s.disk_->io(), req, entries, n, cb);
     s.store_.append(entries, n);  // copied now; "durable" when the callback runs
     req->cb = cb;
     s.defer([req] {
@@ -75,12 +101,17 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
     return 0;
   };
   io_.truncate = [](raft_io* io, raft_index index) {
-    self_of(io).store_.truncate(index);
+    RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->truncate(s.disk_->io(), index);
+    s.store_.truncate(index);
     return 0;
   };
   io_.snapshot_put = [](raft_io* io, unsigned trailing, raft_io_snapshot_put* req,
                         const raft_snapshot* snapshot, raft_io_snapshot_put_cb cb) {
     RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) {
+      return s.disk_->io()->snapshot_put(s.disk_->io(), trailing, req, snapshot, cb);
+    }
     const int rv = s.store_.snapshot_put(trailing, *snapshot);
     if (rv != 0) return rv;
     req->cb = cb;
@@ -91,6 +122,7 @@ RpcRaftIo::RpcRaftIo(raft_id self, std::map<uint64_t, std::string> peers, Memory
   };
   io_.snapshot_get = [](raft_io* io, raft_io_snapshot_get* req, raft_io_snapshot_get_cb cb) {
     RpcRaftIo& s = self_of(io);
+    if (s.disk_ != nullptr) return s.disk_->io()->snapshot_get(s.disk_->io(), req, cb);
     req->cb = cb;
     s.defer([&s, req] {
       raft_snapshot* snap = s.store_.snapshot_copy();
@@ -225,6 +257,7 @@ void RpcRaftIo::on_session_event(rpc::SessionNum sn, rpc::SessionEvent event) {
 
 bool RpcRaftIo::poll() {
   bool did = false;
+  if (disk_ != nullptr) disk_->poll();
   // Callbacks queued by earlier io calls; those they queue wait for the
   // next poll, so none runs inside the call that queued it.
   for (size_t n = deferred_.size(); n > 0; n--) {
@@ -238,6 +271,12 @@ bool RpcRaftIo::poll() {
     received_.pop_front();
     d.release();  // libraft owns the entries and snapshot data now
     recv_cb_(&io_, &d.msg);
+    did = true;
+  }
+  if (close_pending_ && deferred_.empty() && (disk_ == nullptr || disk_->closed())) {
+    close_pending_ = false;
+    closed_ = true;
+    if (close_cb_ != nullptr) close_cb_(&io_);
     did = true;
   }
   if (tick_cb_ != nullptr && !closing_) {

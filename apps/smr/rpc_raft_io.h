@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 
+#include "disk_store.h"
 #include "librpc/rpc_all.h"
 #include "memory_store.h"
 #include "raft_codec.h"
@@ -51,6 +52,9 @@ class RpcRaftIo {
   raft_io* io() { return &io_; }
   // The Rpc to send and receive with. REQUIRES: before raft_start().
   void attach(rpc::Rpc& rpc) { rpc_ = &rpc; }
+  // Store through raft_uv in `disk` instead of the MemoryStore (which is
+  // then unused). REQUIRES: before raft_init().
+  void use_disk(DiskStore& disk) { disk_ = &disk; }
   // The kRaftMsgReqType handler's body: decodes and queues the message,
   // answers the request at once.
   void on_request(rpc::ReqHandle& handle);
@@ -98,6 +102,9 @@ class RpcRaftIo {
   raft_id self_;
   std::map<raft_id, Peer> peers_;
   MemoryStore& store_;
+  DiskStore* disk_ = nullptr;
+  raft_io_close_cb close_cb_ = nullptr;
+  bool close_pending_ = false;
   rpc::Rpc* rpc_ = nullptr;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::mt19937 rng_;

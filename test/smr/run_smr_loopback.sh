@@ -8,6 +8,11 @@
 #                to it, and every acknowledged write reads back afterwards
 #   linearizable concurrent clients on three registers with a leader killed
 #                mid-run; tools/smr/linearizability.py checks the history
+#   disk         replicas on libraft's disk store (--data-dir): the leader is
+#                SIGKILLed mid-stream and restarted from its directory under
+#                its id; it catches up (same applied index and digest as the
+#                others); then the whole cluster is stopped and restarted
+#                and every acknowledged write reads back
 #   five         five replicas; two leaders SIGKILLed one after the other:
 #                the remaining three (a majority) still commit, and every
 #                acknowledged write reads back
@@ -118,11 +123,50 @@ else
   fi
 fi
 
+# --- disk
+stop_all
+for id in 1 2 3; do mv "$WORK/r$id.log" "$WORK/linearizable-r$id.txt"; mkdir -p "$WORK/data$id"; done
+start_disk() { SMR_EXTRA="--data-dir $WORK/data$1" start_replica "$1"; }
+for id in 1 2 3; do start_disk "$id"; done
+if ! l=$(wait_leader 10); then
+  fail "disk: no leader"
+else
+  client stream --count 300 --acked "$WORK/disk.acked" >"$WORK/disk.stream" 2>&1 &
+  spid=$!
+  EXTRA_PIDS+=("$spid")
+  for _ in $(seq 200); do [ "$(cat "$WORK/disk.acked" 2>/dev/null | wc -l)" -ge 100 ] && break; sleep 0.05; done
+  kill -KILL "${RPID[$l]}"
+  wait "${RPID[$l]}" 2>/dev/null
+  unset "RPID[$l]"
+  sleep 1
+  start_disk "$l"  # the same id, from its own directory
+  wait "$spid"
+  src=$?
+  client put disk-final 1 >/dev/null 2>&1
+  sleep 1.5
+  stop_all
+  digests=$(for id in 1 2 3; do grep -o 'last_applied=[0-9]* digest=[0-9a-f]*' "$WORK/r$id.log" | tail -1; done | sort -u)
+  restarted=$(grep -c "listening" "$WORK/r$l.log")
+  for id in 1 2 3; do mv "$WORK/r$id.log" "$WORK/disk-r$id.txt"; start_disk "$id"; done
+  wait_leader 10 >/dev/null
+  client verify --acked "$WORK/disk.acked" >"$WORK/disk.verify" 2>&1
+  vrc=$?
+  if [ $src -ne 0 ]; then
+    fail "disk: the stream failed: $(tail -1 "$WORK/disk.stream")"
+  elif [ "$restarted" -ne 2 ] || [ "$(echo "$digests" | wc -l)" -ne 1 ] || [ -z "$digests" ]; then
+    fail "disk: replica $l restarted $restarted times; replicas ended at: $(echo $digests)"
+  elif [ $vrc -ne 0 ]; then
+    fail "disk: after a full restart: $(tail -1 "$WORK/disk.verify")"
+  else
+    pass "disk (leader $l killed and restarted from disk; all at $digests; after a full restart $(tail -1 "$WORK/disk.verify"))"
+  fi
+fi
+
 # --- five
 stop_all
+for id in 1 2 3; do [ -f "$WORK/r$id.log" ] && mv "$WORK/r$id.log" "$WORK/disk2-r$id.txt"; done
 PEERS="1=127.0.0.1:$((BASE + 3)),2=127.0.0.1:$((BASE + 4)),3=127.0.0.1:$((BASE + 5))"
 PEERS="$PEERS,4=127.0.0.1:$((BASE + 6)),5=127.0.0.1:$((BASE + 7))"
-for id in 1 2 3; do mv "$WORK/r$id.log" "$WORK/linearizable-r$id.txt"; done
 for id in 1 2 3 4 5; do start_replica "$id"; done
 killed=()
 if ! l1=$(wait_leader 10); then

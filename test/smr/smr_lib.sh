@@ -12,7 +12,7 @@ start_replica() {
   shift
   "$@" "$REPLICA" --seconds 300 --id "$id" --peers "$PEERS" --election-timeout-ms "$ELECTION_MS" \
     --heartbeat-ms "$HEARTBEAT_MS" --snapshot-threshold "${SNAPSHOT_THRESHOLD:-128}" \
-    --snapshot-trailing 32 >>"$WORK/r$id.log" 2>&1 &
+    --snapshot-trailing 32 ${SMR_EXTRA:-} >>"$WORK/r$id.log" 2>&1 &
   RPID[$id]=$!
 }
 

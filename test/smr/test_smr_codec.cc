@@ -291,6 +291,18 @@ TEST_CASE("client commands, replies and snapshots round-trip and refuse bad inpu
   b[3] = 1;  // a get with a value length
   CHECK_FALSE(decode_command(b));
   CHECK_FALSE(decode_command(encode_command(KvCommand{KvOp::kPut, std::string(300, 'k'), ""})));
+  // Log entries are padded to 8 bytes (raft_uv needs it): zeros only.
+  for (size_t key = 0; key < 20; key++) {
+    auto padded = encode_command(KvCommand{KvOp::kPut, std::string(key, 'k'), "v"});
+    CHECK(padded.size() % 8 == 0);
+    REQUIRE(decode_command(padded));
+    if (padded.size() > 7 + key + 1) {
+      padded.back() = 1;  // a non-zero pad byte
+      CHECK_FALSE(decode_command(padded));
+    }
+    padded.resize(padded.size() + 8);  // a whole extra word of zeros
+    CHECK_FALSE(decode_command(padded));
+  }
 
   KvReply rep{KvStatus::kNotLeader, 3, "10.0.0.3:1", 0, false, ""};
   auto rb = encode_reply(rep);
