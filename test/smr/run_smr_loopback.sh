@@ -26,7 +26,9 @@ for p in "$REPLICA" "$CLIENT"; do [ -x "$p" ] || { echo "not executable: $p" >&2
 WORK=$(mktemp -d /tmp/librpc-smr.XXXXXX)
 ELECTION_MS=500
 HEARTBEAT_MS=50
-BASE=$((33000 + $$ % 2000 * 8))
+# Below the ephemeral range (32768-60999), where a client socket could hold
+# one of our ports.
+BASE=$((20000 + $$ % 1500 * 8))
 PEERS="1=127.0.0.1:$BASE,2=127.0.0.1:$((BASE + 1)),3=127.0.0.1:$((BASE + 2))"
 # shellcheck source=smr_lib.sh
 . "$(dirname "$0")/smr_lib.sh"
