@@ -13,6 +13,10 @@
 #   loss-5%, loss-20%   loss on every link: a concurrent register history is
 #                       linearizable and the replicas converge (same applied
 #                       index, same state digest)
+#   disk-restart        replicas on libraft's disk store (--data-dir), 5% loss:
+#                       the leader is SIGKILLed during a concurrent history and
+#                       restarted from its directory; the history is
+#                       linearizable and all three converge
 #
 #   bench               (only when asked: SMR_SCENARIOS=bench) raw UDP round trip
 #                       between two hosts (udp_pingpong, the 5th argument) and
@@ -289,6 +293,50 @@ loss_scenario() {  # NAME NETEM-ARGS...
 }
 loss_scenario loss-5% loss 5%
 loss_scenario loss-20% loss 20%
+
+if want disk-restart; then
+  links loss 5%
+  for i in 1 2 3; do mkdir -p "$WORK/data$i"; done
+  SMR_EXTRA_OF() { echo "--data-dir $WORK/data$1"; }
+  stop_all
+  for i in 1 2 3; do
+    [ -f "$WORK/r$i.log" ] && cat "$WORK/r$i.log" >>"$WORK/all-r$i.txt"
+    rm -f "$WORK/r$i.log"
+    SMR_EXTRA=$(SMR_EXTRA_OF "$i") start_replica "$i" ip netns exec "${NS[$i]}"
+  done
+  if ! l=$(wait_leader 15); then
+    fail "disk-restart: no leader"
+  else
+    client 1 --peers "$PEERS" --attempt-timeout-ms 1000 history --clients 4 --ops 800 --keys 3 \
+      --out "$WORK/disk.jsonl" >"$WORK/disk.history" 2>&1 &
+    hpid=$!
+    EXTRA_PIDS+=("$hpid")
+    sleep 1
+    kill -KILL "${RPID[$l]}"
+    wait "${RPID[$l]}" 2>/dev/null
+    unset "RPID[$l]"
+    sleep 1
+    SMR_EXTRA=$(SMR_EXTRA_OF "$l") start_replica "$l" ip netns exec "${NS[$l]}"
+    wait "$hpid"
+    hrc=$?
+    check=$(python3 "$CHECKER" "$WORK/disk.jsonl" 2>&1)
+    crc=$?
+    client 2 --peers "$PEERS" put final 1 >/dev/null 2>&1
+    sleep 2
+    restarted=$(grep -c "listening" "$WORK/r$l.log")
+    if [ $hrc -ne 0 ]; then
+      fail "disk-restart: history client: $(tail -1 "$WORK/disk.history")"
+    elif [ $crc -ne 0 ]; then
+      fail "disk-restart: $check"
+    elif [ "$restarted" -ne 2 ]; then
+      fail "disk-restart: replica $l started $restarted times"
+    elif ! converged; then
+      fail "disk-restart: $CONVERGE_NOTE"
+    else
+      pass "disk-restart (leader $l killed and restarted from disk under 5% loss; $check; converged at $CONVERGE_NOTE)"
+    fi
+  fi
+fi
 links
 
 # ------------------------------------------------------------------ bench
