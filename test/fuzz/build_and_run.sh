@@ -20,9 +20,14 @@ targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing fuzz_kv_prot
 # Largest input worth mutating, per target: a header plus lengths; one SM
 # datagram and a bit more; a few dozen 128-byte packets; one routing info.
 declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096
-                    [fuzz_verbs_routing]=48 [fuzz_kv_protocol]=600)
+                    [fuzz_verbs_routing]=48 [fuzz_kv_protocol]=600 [fuzz_smr_raft_msg]=4096)
 # Sources a target needs beyond the library's (from the top of the tree).
 declare -A extra_srcs=([fuzz_kv_protocol]="apps/kv/protocol.cc")
+# apps/smr's raft message decoder: its own source and libraft, not librpc.
+smr_targets=()
+if pkg-config --exists raft 2>/dev/null; then
+  smr_targets=(fuzz_smr_raft_msg)
+fi
 
 CXX=${CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "build_and_run.sh: $CXX not found" >&2; exit 2; }
@@ -89,7 +94,16 @@ libs="$(pkg-config --libs fmt 2>/dev/null || echo -lfmt) -pthread"
     done
     echo "build $t: link obj/$t.o ${extra_objs[*]} ${objs[*]}"
   done
+  for t in "${smr_targets[@]}"; do
+    echo "build obj/$t.o: cxx $fuzz_src/$t.cc"
+    echo "  extra = -fsanitize=fuzzer-no-link"
+    echo "build obj/smr/raft_codec.o: cxx $root/apps/smr/raft_codec.cc"
+    echo "  extra = -fsanitize=fuzzer-no-link"
+    echo "build $t: link obj/$t.o obj/smr/raft_codec.o"
+    echo "  libs = $libs $(pkg-config --libs raft)"
+  done
 } >"$bdir/build.ninja.tmp"
+targets+=("${smr_targets[@]}")
 mv "$bdir/build.ninja.tmp" "$bdir/build.ninja"
 ninja -C "$bdir" "${targets[@]}"
 
