@@ -94,6 +94,15 @@ unsigned entries_that_fit(const raft_message& msg, size_t max_bytes) {
   return i;
 }
 
+raft_message wire_message(const raft_message& msg, unsigned n_entries) {
+  raft_message out = msg;
+  if (msg.type == RAFT_IO_APPEND_ENTRIES) {
+    const raft_index matched = msg.append_entries.prev_log_index + n_entries;
+    if (out.append_entries.leader_commit > matched) out.append_entries.leader_commit = matched;
+  }
+  return out;
+}
+
 size_t encode(const raft_message& msg, raft_id sender, unsigned n_entries, uint8_t* out) {
   ByteWriter w(out);
   w.u32(kRaftMsgMagic);

@@ -55,6 +55,14 @@ size_t encoded_size(const raft_message& msg, unsigned n_entries);
 // max_bytes (all of them when they fit); 0 entries when even one does not.
 // For other types: 0.
 unsigned entries_that_fit(const raft_message& msg, size_t max_bytes);
+// The AppendEntries to put on the wire when it carries its first n_entries
+// entries: leader_commit capped at prev_log_index + n_entries (other types
+// unchanged). libraft 0.15's follower sets its commit index to
+// min(leader_commit, its own last index), which counts entries past the
+// ones the message carries: leftovers of an old term that the leader has
+// not matched yet (fixed upstream in 0.17.1). Capped, a follower commits
+// only entries this message has just matched with the leader's log.
+raft_message wire_message(const raft_message& msg, unsigned n_entries);
 // Writes the message from `sender` to msg.server_id into out, which must
 // hold encoded_size(msg, n_entries) bytes; returns the bytes written.
 size_t encode(const raft_message& msg, raft_id sender, unsigned n_entries, uint8_t* out);

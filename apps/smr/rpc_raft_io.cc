@@ -196,7 +196,7 @@ int RpcRaftIo::send(raft_io_send* req, const raft_message& msg, raft_io_send_cb 
       delete out;
       status = RAFT_TOOBIG;
     } else {
-      encode(msg, self_, n, out->req.data());
+      encode(wire_message(msg, n), self_, n, out->req.data());
       const rpc::Errc errc =
           rpc_->enqueue_request(peer->session, kRaftMsgReqType, out->req, out->resp,
                                 [this, out](rpc::Rpc&, const rpc::Completion&) {

@@ -247,6 +247,27 @@ TEST_CASE("an AppendEntries too large for one message is cut to the entries that
   CHECK(d.msg.append_entries.n_entries == 2);
 }
 
+TEST_CASE("an AppendEntries on the wire never lets a follower commit past what it carries") {
+  // Given a leader whose commit index is past the entries this message
+  // carries (a follower catching up, or a message cut to fit)
+  std::vector<std::string> datas;
+  std::vector<raft_entry> entries;
+  raft_message m = append_msg(datas, entries);  // prev_log_index 100, 3 entries
+  m.append_entries.leader_commit = 150;
+  // Expect leader_commit capped at the last index carried
+  CHECK(wire_message(m, 3).append_entries.leader_commit == 103);
+  CHECK(wire_message(m, 1).append_entries.leader_commit == 101);
+  CHECK(wire_message(m, 0).append_entries.leader_commit == 100);
+  // and left alone when it is below that, and for other types
+  m.append_entries.leader_commit = 99;
+  CHECK(wire_message(m, 3).append_entries.leader_commit == 99);
+  raft_configuration conf;
+  std::string data;
+  raft_message snap = snapshot_msg(conf, data);
+  CHECK(wire_message(snap, 0).install_snapshot.last_index == 1000);
+  raft_configuration_close(&conf);
+}
+
 TEST_CASE("random mutations of raft messages never crash the decoder") {
   std::vector<std::string> datas;
   std::vector<raft_entry> entries;
