@@ -56,7 +56,8 @@ PIDS=()
 CREATED_NS=()
 
 # Every ip/tc command is time-bound.
-T() { timeout 10 "$@"; }
+# shellcheck source=../netns/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
 
 cleanup() {
   trap - EXIT INT TERM
@@ -126,16 +127,6 @@ wait_line() {
 
 # kv FILE KEY: the last value of KEY=NUMBER in FILE (empty if none).
 kv() { grep -o "\b$2=[0-9]*" "$1" 2>/dev/null | tail -1 | cut -d= -f2; }
-
-new_ns() {
-  T ip netns add "$1" || return 1
-  CREATED_NS+=("$1")
-  T ip -n "$1" link set lo up
-  # No IPv6: router solicitations and the like would only add noise.
-  T ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6;
-    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6' 2>/dev/null
-  return 0
-}
 
 mac_of() {  # NS IFACE
   T ip -n "$1" -o link show dev "$2" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2

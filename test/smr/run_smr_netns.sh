@@ -53,7 +53,8 @@ PEERS="1=${IP[1]}:$PORT,2=${IP[2]}:$PORT,3=${IP[3]}:$PORT"
 . "$(dirname "$0")/smr_lib.sh"
 CREATED_NS=()
 
-T() { timeout 10 "$@"; }
+# shellcheck source=../netns/netns_lib.sh
+. "$(dirname "$0")/../netns/netns_lib.sh"
 cleanup() {
   trap - EXIT INT TERM
   stop_all
@@ -64,15 +65,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo interrupted; exit 130' INT TERM
-
-new_ns() {
-  T ip netns add "$1" || return 1
-  CREATED_NS+=("$1")
-  T ip -n "$1" link set lo up
-  T ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6;
-    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6' 2>/dev/null
-  return 0
-}
 
 setup() {
   new_ns "$NS_M" || skip "'ip netns add' does not work here"
