@@ -19,6 +19,7 @@
 #include "protocol.h"
 #include "service.h"
 #include "table.h"
+#include "test_util.h"
 #include "workload.h"
 
 namespace {
@@ -169,15 +170,19 @@ TEST_CASE("workloads draw their read fraction, stay in the key space and repeat 
 namespace {
 
 // The service tests, tagged [any_transport], run over udp, or over the
-// transport LIBRPC_TEST_TRANSPORT names (the fabric suite runs them over
-// tcp;ofi_rxm, where values above 16 KiB take the bulk path: fi_read).
+// transport LIBRPC_TEST_TRANSPORT names (test_util.h; the fabric suite runs
+// them over tcp;ofi_rxm, where values above 16 KiB take the bulk path).
+rpc::RpcConfig test_config(rpc::RpcId id) {
+  return rpc::test::test_rpc_config(rpc::RpcConfig{.rpc_id = id});
+}
+// The same choice, as the load generator takes it.
 app::TransportOptions test_transport() {
+  const rpc::RpcConfig config = test_config(0);
   app::TransportOptions t;
-  if (const char* name = std::getenv("LIBRPC_TEST_TRANSPORT"); name && *name) t.transport = name;
-  if (const char* p = std::getenv("LIBRPC_TEST_FABRIC_PROVIDER")) t.fabric_provider = p;
+  t.transport = config.transport;
+  t.fabric_provider = config.fabric_provider;
   return t;
 }
-rpc::RpcConfig test_config(rpc::RpcId id) { return test_transport().rpc_config(id); }
 
 // A kv server of `partitions` Rpcs on loopback, each on its own thread.
 struct TestServer {
