@@ -140,6 +140,26 @@ TEST_CASE("a known header has the documented byte image") {
   REQUIRE(h.w1 == 0x0003babcdef01234ull);
 }
 
+TEST_CASE("a restart notice is a credit return with bit 53 of word 1 set, and nothing else") {
+  const PktHdr h = PktHdr::make_restart(0x5A, 0xBEEF, 0xABCDEF01234);
+  CHECK(h.restart());
+  CHECK(h.pkt_type() == PktType::kExplCr);
+  CHECK(h.req_type() == 0x5A);
+  CHECK(h.dest_session_num() == 0xBEEF);
+  CHECK(h.req_num() == 0xABCDEF01234);
+  CHECK(h.pkt_num() == 0);
+  CHECK(h.msg_size() == 0);
+  CHECK(!h.bulk());
+  CHECK(h.status() == RespStatus::kOk);
+  CHECK(h.magic_ok());
+  CHECK(h.w1 == (PktHdr::make(PktType::kExplCr, 0x5A, 0, 0xBEEF, 0, 0xABCDEF01234).w1 |
+                 (uint64_t{1} << 53)));
+  // and no other header carries it
+  CHECK(!PktHdr::make(PktType::kExplCr, 0xFF, 0xFFFFFF, 0xFFFF, 0x3FFF, kReqNumMask, true,
+                      RespStatus::kAppError)
+             .restart());
+}
+
 TEST_CASE("a zeroed header fails the magic check") {
   const PktHdr zero;
   REQUIRE_FALSE(zero.magic_ok());

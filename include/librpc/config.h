@@ -129,10 +129,13 @@ struct RpcConfig {
   // with Errc::kTimedOut, and its session is reset (the others fail with
   // kSessionReset; SessionEvent::kReset, SmErr::kRequestTimeout). 0: never.
   uint32_t request_timeout_ms = 30000;
-  // Server: a request received in part, then silent this long (or slower
-  // than 16 KB/s overall), is dropped and its buffer freed. Client: a
-  // request acknowledged in part that hears nothing for this long is sent
-  // again from its first packet (RpcStats::requests_restarted).
+  // Server: a request received in part is kept for as long as its session
+  // lives, however slowly it arrives. Only when the receive budget below
+  // refuses another request may one that has been silent this long (or
+  // arrives slower than 16 KB/s overall) be dropped to make room; its
+  // client is told and sends it again from its first packet
+  // (RpcStats::partial_requests_abandoned, requests_restarted).
+  // docs/reliability.md, "Requests received in part".
   uint32_t partial_request_timeout_ms = 1000;
   // Server receive budget: bytes held for requests being received or
   // handled (multi-packet and bulk requests, and copies for background

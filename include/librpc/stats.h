@@ -73,15 +73,16 @@ struct RpcStats {
                                           // sessions were reset
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
-  uint64_t sessions_reset = 0;              // reset because the remote failed
-  uint64_t sm_refused = 0;                  // session-management requests this Rpc refused
-  uint64_t sm_replays_refused = 0;          // connects of already ended sessions refused
-  uint64_t sm_requests_dropped = 0;         // SM requests dropped: too many queued (a flood)
-  uint64_t requests_timed_out = 0;          // failed with kTimedOut (request_timeout_ms)
-  uint64_t partial_requests_abandoned = 0;  // partly received, then silent too long
-  // Client: requests sent again from their first packet after hearing
-  // nothing for partial_request_timeout_ms (the server may have dropped
-  // the part it had).
+  uint64_t sessions_reset = 0;       // reset because the remote failed
+  uint64_t sm_refused = 0;           // session-management requests this Rpc refused
+  uint64_t sm_replays_refused = 0;   // connects of already ended sessions refused
+  uint64_t sm_requests_dropped = 0;  // SM requests dropped: too many queued (a flood)
+  uint64_t requests_timed_out = 0;   // failed with kTimedOut (request_timeout_ms)
+  // Server: requests received in part, stale, dropped to make room for
+  // others (their clients are told to start over).
+  uint64_t partial_requests_abandoned = 0;
+  // Client: requests sent again from their first packet because the
+  // server said it dropped the part it had.
   uint64_t requests_restarted = 0;
   uint64_t requests_past_deadline = 0;  // failed with kTimedOut (RequestOptions::timeout)
   uint64_t requests_cancelled = 0;      // ended by Rpc::cancel()

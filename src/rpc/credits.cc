@@ -85,6 +85,10 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
 void RpcImpl::client_process_cr(Session& session, const PktHdr& hdr) {
   ClientSlot* slot = client_slot_for(session, hdr.req_num());
   if (slot == nullptr) return;
+  if (hdr.restart()) {
+    client_restart_request(*slot);
+    return;
+  }
   if (size_t{hdr.pkt_num()} + 1 >= slot->req_pkts) {  // only non-final request packets get one
     stats_.drops.bad_header++;
     return;
@@ -134,6 +138,15 @@ void RpcImpl::tx_credit_return(Session& session, ReqType req_type, size_t pkt_nu
   const bool waiting = tx_batch_size_ == queued + 1;
   last_cr_hdr_ = waiting ? slot : nullptr;
   last_cr_session_ = waiting ? &session : nullptr;
+}
+
+// The server dropped the part it held of a request (abandon_partial_request)
+// and asks for it again from packet 0. The batch's waiting credit return is
+// not overwritten past it (the client would read the notice first).
+void RpcImpl::tx_restart_notice(Session& session, ReqType req_type, uint64_t req_num) {
+  tx_ctrl(session, PktHdr::make_restart(req_type, session.remote_num, req_num));
+  last_cr_hdr_ = nullptr;
+  last_cr_session_ = nullptr;
 }
 
 }  // namespace rpc::detail

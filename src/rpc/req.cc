@@ -114,7 +114,6 @@ void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, 
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;
   slot.rx_high = 0;
-  slot.restart_ns = 0;
   client_try_send(slot);
 }
 
@@ -216,6 +215,10 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
     }
     if (hdr.pkt_num() != 0) {  // the start of a new request was lost
       stats_.drops.out_of_order++;
+      // or this one was dropped in part, and the notice may have been lost
+      if (slot.abandoned && req_num == slot.req_num) {
+        tx_restart_notice(session, hdr.req_type(), req_num);
+      }
       return;
     }
     server_new_req(session, slot, hdr, pkt, data_len);
@@ -280,8 +283,15 @@ void RpcImpl::set_slot_state(ServerSlot& slot, ServerSlotState to) {
 // rx_budget_per_rpc_bytes in all, whatever sizes its first packets claim.
 bool RpcImpl::alloc_req_buf(Session& session, ServerSlot& slot, size_t size) {
   const size_t bytes = std::max<size_t>(size, 1);
-  if (session.rx_budget_bytes + bytes > rx_budget_per_session_bytes_ ||
-      rx_budget_used_bytes_ + bytes > rx_budget_per_rpc_bytes_) {
+  // A refusal is what lets the loss scan drop stale requests received in
+  // part to make room (scan_server_session): never time alone.
+  if (session.rx_budget_bytes + bytes > rx_budget_per_session_bytes_) {
+    session.rx_budget_refused_ns = now_ns_;
+    stats_.drops.rx_budget++;
+    return false;
+  }
+  if (rx_budget_used_bytes_ + bytes > rx_budget_per_rpc_bytes_) {
+    rx_budget_refused_ns_ = now_ns_;
     stats_.drops.rx_budget++;
     return false;
   }
@@ -319,14 +329,18 @@ void RpcImpl::release_server_slot(ServerSlot& slot) {
   slot.resp = nullptr;
 }
 
-// A request received in part whose client went silent: its buffer goes
-// back to the budget. The slot expects the same request number again, so a
-// client that is only slow starts the request over.
-void RpcImpl::abandon_partial_request(ServerSlot& slot) {
+// A stale request received in part, dropped to make room for others
+// (scan_server_session): its buffer goes back to the budget, and its
+// client is told to send it again from packet 0 (the slot expects the same
+// request number again), now and for each later packet of it that
+// arrives, since the notice may be lost.
+void RpcImpl::abandon_partial_request(Session& session, ServerSlot& slot) {
   stats_.partial_requests_abandoned++;
   release_server_slot(slot);
   slot.has_req = false;
+  slot.abandoned = true;
   set_slot_state(slot, ServerSlotState::kIdle);
+  tx_restart_notice(session, slot.handle.req_type(), slot.req_num);
 }
 
 void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
@@ -345,13 +359,14 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   release_server_slot(slot);
   set_slot_state(slot, ServerSlotState::kIdle);
   slot.has_req = true;
+  slot.abandoned = false;
   slot.req_num = hdr.req_num();
+  ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
   slot.req_rx = 0;
   slot.rx_progress_ns = now_ns_;
   const uint32_t msg_size = hdr.msg_size();
   if (hdr.bulk()) {
     slot.req_pkts = 1;
-    ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
     server_start_bulk_read(session, slot, msg_size, pkt + kPktHeaderBytes);
     return;
   }

@@ -195,6 +195,7 @@ class RpcImpl final : public RpcEndpoint {
   uint8_t* ctrl_hdr_slot();
   void tx_ctrl(Session& session, const PktHdr& hdr);
   void tx_credit_return(Session& session, ReqType req_type, size_t pkt_num, uint64_t req_num);
+  void tx_restart_notice(Session& session, ReqType req_type, uint64_t req_num);
   void tx_flush();
   bool inject_drop();
   // req.cc (client)
@@ -223,7 +224,7 @@ class RpcImpl final : public RpcEndpoint {
   void set_slot_state(ServerSlot& slot, ServerSlotState to);
   bool alloc_req_buf(Session& session, ServerSlot& slot, size_t size);
   void free_req_buf(ServerSlot& slot);
-  void abandon_partial_request(ServerSlot& slot);
+  void abandon_partial_request(Session& session, ServerSlot& slot);
   // resp.cc
   void apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status);
   void server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num);
@@ -237,6 +238,7 @@ class RpcImpl final : public RpcEndpoint {
   void process_pkt(const RxPacket& pkt);
   bool header_sane(const PktHdr& hdr, size_t data_len);
   void client_process_cr(Session& session, const PktHdr& hdr);
+  void client_restart_request(ClientSlot& slot);
   bool client_accept(ClientSlot& slot, size_t rx_index);
   ClientSlot* client_slot_for(Session& session, uint64_t req_num);
   // bulk.cc
@@ -367,6 +369,8 @@ class RpcImpl final : public RpcEndpoint {
   size_t rx_budget_per_session_bytes_ = 0;
   size_t rx_budget_per_rpc_bytes_ = 0;
   size_t rx_budget_used_bytes_ = 0;
+  uint64_t rx_budget_refused_ns_ = 0;  // the last request refused for the per-Rpc budget
+                                       // (stale partial requests may go: pkt_loss.cc), 0: none
 
   std::vector<std::unique_ptr<Session>> sessions_;  // index = SessionNum
   std::vector<SessionNum> free_session_nums_;

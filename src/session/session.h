@@ -141,7 +141,6 @@ struct ClientSlot {
   // keep its request alive by being resent).
   uint64_t rx_progress_ns = 0;
   size_t rx_high = 0;                // the most answers accepted (num_rx before a restart)
-  uint64_t restart_ns = 0;           // the last restart from packet 0 (rpc/pkt_loss.cc)
   MsgBuffer bulk_ctrl;               // control payload, a BulkCtrl (bulk transports)
   Exposure req_exposure;             // the request, exposed while the server may read it
   uint32_t bulk_read = kNoBulkRead;  // the response's read in flight
@@ -189,8 +188,11 @@ struct ServerSlot {
   // The current request's number; while !has_req, the number expected next.
   uint64_t req_num = 0;
   size_t req_pkts = 0;
-  size_t req_rx = 0;            // request packets received in order
-  size_t rx_budget_bytes = 0;   // of the session's and Rpc's receive budget, held by req_buf
+  size_t req_rx = 0;           // request packets received in order
+  size_t rx_budget_bytes = 0;  // of the session's and Rpc's receive budget, held by req_buf
+  // The part received of request req_num was dropped to make room for
+  // others (!has_req): its later packets are answered with a restart notice.
+  bool abandoned = false;
   uint64_t rx_progress_ns = 0;  // last request packet accepted (partial-request timeout)
   uint64_t rx_deadline_ns = 0;  // the whole request must have arrived by then
   MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
@@ -266,12 +268,14 @@ struct Session {
   // RX ring entries this session's credits hold (at most max_credits; less
   // when the session was admitted beyond the ring's room: RpcImpl::admit).
   size_t ring_entries = 0;
-  SlotBlock<ClientSlot> cslots;  // client sessions only
-  SlotBlock<ServerSlot> sslots;  // server sessions, from their first request
-  Fifo<BacklogEntry> backlog;    // requests waiting for a free slot
-  size_t backlog_deadlines = 0;  // entries of the backlog with a deadline
-  size_t pending_handlers = 0;   // server: handlers not yet responded
-  size_t rx_budget_bytes = 0;    // server: bytes of requests being received or handled
+  SlotBlock<ClientSlot> cslots;       // client sessions only
+  SlotBlock<ServerSlot> sslots;       // server sessions, from their first request
+  Fifo<BacklogEntry> backlog;         // requests waiting for a free slot
+  size_t backlog_deadlines = 0;       // entries of the backlog with a deadline
+  size_t pending_handlers = 0;        // server: handlers not yet responded
+  size_t rx_budget_bytes = 0;         // server: bytes of requests being received or handled
+  uint64_t rx_budget_refused_ns = 0;  // server: the last request refused for the session's
+                                      // budget (rpc/pkt_loss.cc), 0 if none
   SessionStats stats;
   RttEstimator rtt;  // client: its RTO (rtt.h)
   // Client, with congestion control: its rate, and when the next packet

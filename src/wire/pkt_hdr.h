@@ -3,7 +3,8 @@
 //
 //   word 0: req_type[0,8) msg_size[8,32) dest_session_num[32,48)
 //           pkt_num[48,62) pkt_type[62,64)
-//   word 1: req_num[0,44) magic[44,48) bulk[48] status[49,53) reserved[53,64)
+//   word 1: req_num[0,44) magic[44,48) bulk[48] status[49,53) restart[53]
+//           reserved[54,64)
 #pragma once
 
 #include <cstddef>
@@ -17,7 +18,8 @@ namespace rpc::detail {
 enum class PktType : uint8_t {
   kReq = 0,     // request data (or a bulk control packet when bulk is set)
   kRfr = 1,     // request for response: asks the server for response packet pkt_num
-  kExplCr = 2,  // explicit credit return for request packet pkt_num
+  kExplCr = 2,  // explicit credit return for request packet pkt_num (or, with restart set,
+                //   "I dropped what I had of this request: send it again from packet 0")
   kResp = 3,    // response data (or a bulk control packet when bulk is set)
 };
 
@@ -57,7 +59,7 @@ inline int64_t req_num_diff(uint64_t a, uint64_t b) {
 
 static_assert(kReqTypeBits + kMsgSizeBits + kSessionNumBits + kPktNumBits + kPktTypeBits == 64,
               "word 0 of the packet header must be exactly 64 bits");
-static_assert(kReqNumBits + kMagicBits + 1 + kStatusBits <= 64, "word 1 overflows");
+static_assert(kReqNumBits + kMagicBits + 1 + kStatusBits + 1 <= 64, "word 1 overflows");
 
 struct PktHdr {
   uint64_t w0 = 0;
@@ -83,6 +85,11 @@ struct PktHdr {
   uint64_t req_num() const { return w1 & kReqNumMask; }
   uint8_t magic() const { return static_cast<uint8_t>((w1 >> 44) & 0xF); }
   bool bulk() const { return ((w1 >> 48) & 1) != 0; }
+  // A kExplCr with this bit tells the client that the server dropped the
+  // part it held of request req_num (to make room for others) and expects
+  // it again from packet 0 (rpc/pkt_loss.cc). Peers that predate it ignore
+  // the bit and read an acknowledgement of packet 0, which they had.
+  bool restart() const { return ((w1 >> 53) & 1) != 0; }
   RespStatus status() const { return static_cast<RespStatus>((w1 >> 49) & 0xF); }
   bool magic_ok() const { return magic() == kPktMagic; }
 
@@ -91,6 +98,11 @@ struct PktHdr {
   void store(uint8_t* out) const {
     std::memcpy(out, &w0, 8);
     std::memcpy(out + 8, &w1, 8);
+  }
+  static PktHdr make_restart(uint8_t req_type, uint16_t dest_session, uint64_t req_num) {
+    PktHdr h = make(PktType::kExplCr, req_type, 0, dest_session, 0, req_num);
+    h.w1 |= uint64_t{1} << 53;
+    return h;
   }
   static PktHdr load(const uint8_t* in) {
     PktHdr h;
