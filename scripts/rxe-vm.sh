@@ -4,13 +4,14 @@
 # without an RDMA NIC (and kernels without rdma_rxe): the verbs transport
 # and its tests then run against real libibverbs and a real kernel driver.
 #
-#   bash scripts/rxe-vm.sh [-t SECS] [-m MB] [-c CPUS] [-o DIR] [-n] -- CMD [ARGS...]
+#   bash scripts/rxe-vm.sh [-t SECS] [-m MB] [-c CPUS] [-o DIR] [-n] [-s PATH]... -- CMD [ARGS...]
 #
 #   -t SECS  time limit of the command in the guest (default 900)
 #   -m MB    guest memory (default 2048)
 #   -c CPUS  guest vCPUs (default: host CPUs, at most 4)
 #   -o DIR   keep the logs (console, output, dmesg, rc) in DIR
 #   -n       no apt-get: use what is installed and cached
+#   -s PATH  the command needs the host's PATH (repeatable; see below)
 #
 # Needs root (QEMU's 9p shares of /). Installs what is missing from Debian's
 # archive with `scripts/install-deps.sh --rxe-vm` (qemu, busybox, kmod, rdma
@@ -22,10 +23,17 @@
 # The guest mounts the host's root file system read-only over virtio-9p, so
 # every host binary and library runs in it unchanged; the repository (the
 # current directory) is shared read-write at the same path and is the
-# command's working directory; /tmp is a tmpfs. The guest has no network
-# card: nothing it sends leaves the VM. In the guest the command sees
-# RXE_IN_VM=1 and RXE_DEV=rxe0 (GID index 0: the link-local RoCEv2 GID),
-# and the host's ASAN/UBSAN/LSAN/TSAN_OPTIONS.
+# command's working directory. /tmp, /var/tmp, /dev/shm and /run are the
+# guest's own tmpfs, which hide the host's files there, except those the
+# command needs: every -s PATH and every argument of CMD that names an
+# existing file (a path inside an argument, as in bash -c '...', needs -s)
+# that lies there, or whose symlink target does, is shared read-write at
+# the same path, together with the rest of its entry in that directory
+# (-s /tmp/b/test/t shares /tmp/b; the guest's own files in /tmp stay in
+# its tmpfs). The guest has no network card: nothing it sends leaves the
+# VM. In the guest the command sees RXE_IN_VM=1 and RXE_DEV=rxe0 (GID
+# index 0: the link-local RoCEv2 GID), and the host's
+# ASAN/UBSAN/LSAN/TSAN_OPTIONS.
 #
 # Exit code: the command's; 124 if it timed out in the guest; 125 if the VM
 # did not boot or no exit code came back; 126 if the RDMA setup in the
@@ -42,18 +50,20 @@ KEEP=
 USE_APT=1
 CACHE=${RXE_VM_CACHE:-/var/cache/librpc-rxe-vm}
 WORKDIR=$(pwd -P)
+NEEDED=() # -s PATH
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
   exit 2
 }
-while getopts ":t:m:c:o:nh" opt; do
+while getopts ":t:m:c:o:s:nh" opt; do
   case $opt in
     t) CMD_TIMEOUT=$OPTARG ;;
     m) MEM_MB=$OPTARG ;;
     c) NCPU=$OPTARG ;;
     o) KEEP=$OPTARG ;;
     n) USE_APT= ;;
+    s) NEEDED+=("$OPTARG") ;;
     *) usage ;;
   esac
 done
@@ -64,6 +74,64 @@ shift $((OPTIND - 1))
 [ "$WORKDIR" != / ] || { echo "rxe-vm: run it from the repository, not /" >&2; exit 2; }
 
 say() { echo "[rxe-vm $(date +%T)] $*" >&2; }
+
+# ------------------------------------------------------------ host paths under tmpfs
+# The guest mounts its own tmpfs over these (its root is the host's, read-only).
+TMPFS_MOUNTS=(/tmp /var/tmp /dev/shm /run)
+# Lines for the guest's init, `m TAG MOUNT_POINT` (share the host's mount
+# point as TAG) and `d|f|l PATH` (bind that directory or file, or copy that
+# symlink, from the share to the same path).
+SHARE_LINES=()
+declare -A MOUNTED=() SHARED=()
+share_entry() { # share_entry PATH: share PATH (a host path, absolute) if under a tmpfs
+  local p=$1 m rel top kind
+  for m in "${TMPFS_MOUNTS[@]}"; do
+    case $p in
+      "$m") top=$m ;; # only with -s: the host's whole directory replaces the tmpfs
+      "$m"/*)
+        rel=${p#"$m"/}
+        top=$m/${rel%%/*}
+        ;;
+      *) continue ;;
+    esac
+    case $top in /run/vm | /run/kernel)
+      echo "rxe-vm: cannot share $p: $top is the VM's own in the guest; move it elsewhere" >&2
+      exit 2
+      ;;
+    esac
+    [ -e "$top" ] || [ -L "$top" ] || return 0
+    [ -n "${SHARED[$top]:-}" ] && return 0
+    if [ -z "${MOUNTED[$m]:-}" ]; then
+      MOUNTED[$m]=1
+      SHARE_LINES+=("m host${m//\//_} $m")
+    fi
+    if [ -L "$top" ]; then kind=l; elif [ -d "$top" ]; then kind=d; else kind=f; fi
+    SHARED[$top]=$kind
+    SHARE_LINES+=("$kind $top")
+    return 0
+  done
+}
+need_path() { # need_path PATH: the path as written, then with symlinks resolved
+  case $1 in *$'\n'*)
+    echo "rxe-vm: cannot share a path with a newline: $1" >&2
+    exit 2
+    ;;
+  esac
+  share_entry "$(realpath -ms -- "$1")"
+  share_entry "$(realpath -m -- "$1")"
+}
+for p in "${NEEDED[@]}"; do
+  [ -e "$p" ] || { echo "rxe-vm: -s $p: no such file or directory" >&2; exit 2; }
+  need_path "$p"
+done
+for p in "$@"; do
+  # A mount point itself (`ls /tmp`) means the guest's; -s /tmp shares it.
+  case $p in /tmp | /tmp/ | /var/tmp | /var/tmp/ | /dev/shm | /dev/shm/ | /run | /run/) continue ;; esac
+  if [ -e "$p" ]; then need_path "$p"; fi
+done
+if [ ${#SHARE_LINES[@]} -gt 0 ]; then
+  say "shared over the guest's tmpfs: $(printf '%s\n' "${SHARE_LINES[@]}" | sed -n 's/^[dfl] //p' | paste -sd' ')"
+fi
 START=$(date +%s)
 
 # ------------------------------------------------------------ host packages
@@ -135,6 +203,15 @@ mount -t tmpfs -o mode=755 tmpfs $R/run
 mkdir -p $R/run/vm $R/run/kernel
 mount --bind /out $R/run/vm
 mount -t 9p -o $O9,ro,cache=loose kernel $R/run/kernel || fatal "cannot mount the kernel share"
+# Host paths under the tmpfs mounts above that the command needs (/out/shares).
+while read -r kind p; do
+  case $kind in
+    m) mkdir -p "/host${p#* }" && mount -t 9p -o $O9,cache=none "${p%% *}" "/host${p#* }" || fatal "cannot mount the share of ${p#* }" ;;
+    d) mkdir -p "$R$p" && mount --bind "/host$p" "$R$p" || fatal "cannot share $p" ;;
+    f) touch "$R$p" && mount --bind "/host$p" "$R$p" || fatal "cannot share $p" ;;
+    l) ln -sfn "$(readlink "/host$p")" "$R$p" || fatal "cannot copy the symlink $p" ;;
+  esac
+done </out/shares
 mkdir -p $R$WORKDIR 2>/dev/null # exists unless under a tmpfs (/tmp)
 mount -t 9p -o $O9,cache=none work $R$WORKDIR || fatal "cannot mount $WORKDIR"
 printf '#!/bin/sh\nexec chroot /root /sbin/modprobe -d /run/kernel "$@"\n' >/bin/vm-modprobe
@@ -193,7 +270,7 @@ exec 8>&-
 if [ -n "$KEEP" ]; then
   mkdir -p "$KEEP"
   OUT=$(cd "$KEEP" && pwd -P)
-  rm -f "$OUT"/rc "$OUT"/output.log "$OUT"/console.log "$OUT"/dmesg.log
+  rm -f "$OUT"/rc "$OUT"/output.log "$OUT"/console.log "$OUT"/dmesg.log "$OUT"/shares
 else
   OUT=$(mktemp -d /tmp/librpc-rxe-vm.XXXXXX)
 fi
@@ -212,6 +289,7 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 printf 'WORKDIR=%q\nCMD_TIMEOUT=%q\n' "$WORKDIR" "$CMD_TIMEOUT" >"$OUT/env.sh"
+printf '%s\n' "${SHARE_LINES[@]}" >"$OUT/shares"
 # Sanitizer settings reach the command (CI runs the suite under ASan).
 for v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS; do
   [ -n "${!v:-}" ] && printf 'export %s=%q\n' "$v" "${!v}" >>"$OUT/env.sh"
@@ -287,6 +365,11 @@ else
 fi
 say "booting ($MODE, $NCPU vCPUs, $MEM_MB MiB, kernel $KVER)"
 SHARE=security_model=none,multidevs=remap
+HOST_SHARES=()
+for line in "${SHARE_LINES[@]}"; do
+  read -r kind tag mp <<<"$line"
+  [ "$kind" = m ] && HOST_SHARES+=(-virtfs "local,path=$mp,mount_tag=$tag,$SHARE")
+done
 : >"$OUT/console.log"
 qemu-system-x86_64 "${ACCEL[@]}" -m "$MEM_MB" -smp "$NCPU" -machine q35 \
   -nodefaults -no-user-config -display none -no-reboot -nic none \
@@ -297,6 +380,7 @@ qemu-system-x86_64 "${ACCEL[@]}" -m "$MEM_MB" -smp "$NCPU" -machine q35 \
   -virtfs "local,path=$WORKDIR,mount_tag=work,$SHARE" \
   -virtfs "local,path=$OUT,mount_tag=out,$SHARE" \
   -virtfs "local,path=$KROOT,mount_tag=kernel,readonly=on,$SHARE" \
+  "${HOST_SHARES[@]}" \
   </dev/null >"$OUT/qemu.log" 2>&1 &
 QEMU_PID=$!
 tail -n +1 -F --pid="$QEMU_PID" "$OUT/console.log" 2>/dev/null &

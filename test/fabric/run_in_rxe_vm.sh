@@ -56,4 +56,6 @@ echo \"--- [\$SECONDS s] two processes over verbs;ofi_rxm\"
 env -u LIBRPC_MODULE_DIR bash '$here/two_processes.sh' '$bench' \"\$LIBRPC_TEST_FABRIC_PROVIDER\" 31890 \$slow
 echo \"--- [\$SECONDS s] done\""
 cd "$here/../.." || exit 1 # the repository: the guest's working directory
-exec bash "$vm" -t 600 -- env slow="$slow" bash -c "$guest_cmd"
+# -s: a build directory in /tmp would be hidden by the guest's tmpfs.
+exec bash "$vm" -t 600 -s "$fabric_tests" -s "$integration_tests" -s "$bench" -s "$module_dir" \
+  -- env slow="$slow" bash -c "$guest_cmd"

@@ -43,4 +43,5 @@ kill -INT \$server
 wait \$server
 cat /tmp/server.log"
 cd "$here/../.." || exit 1 # the repository: the guest's working directory
-exec bash "$vm" -t 900 -- env slow="$slow" bash -c "$guest_cmd"
+# -s: a build directory in /tmp would be hidden by the guest's tmpfs.
+exec bash "$vm" -t 900 -s "$tests" -s "$bench" -s "$module_dir" -- env slow="$slow" bash -c "$guest_cmd"
