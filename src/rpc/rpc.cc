@@ -198,13 +198,20 @@ void RpcImpl::shutdown() {
   // Answers that reached us before we unregistered: a connect accepted by
   // its server must be disconnected like any connected session below.
   if (sm_mailbox_.pending()) poll_sm_queue();
-  // By index: nothing below adds sessions, but free_session may not run
-  // until every continuation has.
+  // Nothing below frees a session until every continuation has run and
+  // every coroutine is gone: a coroutine handler resumed by a late
+  // continuation names its handle, which lives in its server session.
+  // By index: nothing below adds sessions.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
     Session* s = sessions_[sn].get();
     if (s == nullptr) continue;
     if (!s->is_client()) {
       if (s->is_connected()) send_session_reset(*s);
+      // Its requests being read run no handler now: orphaned, like those
+      // of the client sessions' responses below, and drained with them.
+      for (ServerSlot& slot : s->sslots) {
+        if (slot.bulk_read != kNoBulkRead) orphan_server_read(slot);
+      }
       continue;
     }
     switch (s->state) {
@@ -224,14 +231,16 @@ void RpcImpl::shutdown() {
     }
   }
   tx_flush();
+  // Every read is orphaned now; the continuations they held back run as
+  // they end, while every session is still there.
+  drain_bulk_reads();
+  // Every continuation has run, resuming the coroutines that awaited
+  // calls; those still suspended wait for nothing that will come, and
+  // their frames may name handles too.
+  spawned_.destroy_all();
   for (auto& s : sessions_) {
     if (s != nullptr) free_session(*s);
   }
-  // Every read is orphaned now; the deferred continuations run as they end.
-  drain_bulk_reads();
-  // Every continuation has run, resuming the coroutines that awaited
-  // calls; those still suspended wait for nothing that will come.
-  spawned_.destroy_all();
   shut_down_ = true;
 }
 

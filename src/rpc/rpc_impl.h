@@ -347,17 +347,12 @@ class RpcImpl final : public RpcEndpoint {
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;
-  uint64_t next_request_seq_ = 1;
+  uint64_t next_request_seq_ = 1;  // RequestId: (session << 48) | seq (48 bits, never 0)
   // The last connect that failed, for connect() (session_api.cc).
   uint64_t connect_failures_ = 0;
   std::pair<SessionNum, SmErr> last_connect_failure_{kInvalidSessionNum, SmErr::kNone};
   SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)
   bool shut_down_ = false;
-  // Sessions freed during shutdown: kept until the Rpc is gone, since a
-  // continuation that runs late (after its read) may still name a handle of
-  // one (a coroutine handler answering; ignored then).
-  std::vector<std::unique_ptr<Session>> graveyard_;  // RequestId: (session <<
-                                                     // 48) | seq (48 bits, never 0)
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;  // the loop is not re-entrant
