@@ -113,6 +113,11 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
                     rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
   }
+  if (config.max_msg_buffer_bytes < std::max(rx_budget_per_rpc_bytes_, Allocator::kChunkBytes)) {
+    throw Error(fmt::format(
+        "Rpc: max_msg_buffer_bytes ({}) must be at least rx_budget_per_rpc_bytes ({}) and 2 MiB",
+        config.max_msg_buffer_bytes, rx_budget_per_rpc_bytes_));
+  }
   if (config.congestion_control) {
     if (!(config.cc_link_gbps >= 0.1 && config.cc_link_gbps <= 10000)) {
       throw Error("Rpc: cc_link_gbps must be within [0.1, 10000]");
@@ -166,7 +171,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   allocator_ = std::make_unique<Allocator>(
       [t](void* addr, size_t len) { return t->register_memory(addr, len); },
       [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0,
-      2 * largest_buffer_bytes);
+      2 * largest_buffer_bytes, config.max_msg_buffer_bytes);
   handlers_ = &nexus.freeze_handlers();
   stall_queue_.reserve(64);
   auto registered = nexus_.register_rpc(config.rpc_id, this);
@@ -248,7 +253,19 @@ MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {
   if (max_size > max_msg_size_) return MsgBuffer();
   const size_t bytes = MsgBufferAccess::alloc_bytes(max_size, caps_.max_data_per_pkt);
   const Allocation a = allocator_->alloc(bytes);
-  if (a.buf == nullptr) return MsgBuffer();
+  if (a.buf == nullptr) [[unlikely]] {
+    if (allocator_->limit_failures() != 0 &&
+        !msg_buffer_limit_logged_.exchange(true, std::memory_order_relaxed)) {
+      RPC_LOG_ERROR(
+          "Rpc {}: a message buffer of {} bytes would take the Rpc past "
+          "RpcConfig::max_msg_buffer_bytes ({} bytes of registered memory); alloc_msg_buffer "
+          "returns invalid buffers, and requests the Rpc has no buffer for are dropped, until "
+          "buffers are freed. Raise max_msg_buffer_bytes if this Rpc needs more (counted in "
+          "RpcStats::msg_buffer_allocs_over_limit; logged once)",
+          config_.rpc_id, max_size, config_.max_msg_buffer_bytes);
+    }
+    return MsgBuffer();
+  }
   return MsgBufferAccess::make(a, max_size, caps_.max_data_per_pkt);
 }
 

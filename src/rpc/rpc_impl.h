@@ -162,6 +162,8 @@ class RpcImpl final : public RpcEndpoint {
     stats_.ring_credits_overcommitted = ring_overcommit_;
     stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
     stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
+    stats_.msg_buffer_allocs_over_limit = allocator_->limit_failures();
+    stats_.msg_buffer_bytes = allocator_->bytes_reserved();
     return stats_;
   }
   size_t max_msg_size() const { return max_msg_size_; }
@@ -336,6 +338,8 @@ class RpcImpl final : public RpcEndpoint {
   uint8_t transport_wire_id_ = 0;  // transport/registry.h
   RoutingInfo local_route_;
   std::unique_ptr<Allocator> allocator_;
+  // alloc_msg_buffer (any thread) said that max_msg_buffer_bytes was reached.
+  std::atomic<bool> msg_buffer_limit_logged_{false};
   const std::array<HandlerEntry, 256>* handlers_;
   size_t max_msg_size_ = 0;
   mutable RpcStats stats_;  // mutable: stats() folds in counters kept elsewhere
