@@ -34,8 +34,8 @@ struct FakeRegistrar {
   std::vector<uint32_t> deregistered;
   bool fail = false;
 
-  std::unique_ptr<Allocator> make_allocator(bool thread_safe = false,
-                                            size_t large_cache_bytes = 0) {
+  std::unique_ptr<Allocator> make_allocator(bool thread_safe = false, size_t large_cache_bytes = 0,
+                                            size_t limit_bytes = SIZE_MAX) {
     auto reg = [this](void* base, size_t len) -> Result<MemReg> {
       if (fail) return Failure{"registration refused"};
       const auto lkey = static_cast<uint32_t>(registered.size() + 1);
@@ -43,7 +43,7 @@ struct FakeRegistrar {
       return MemReg{lkey, nullptr};
     };
     auto dereg = [this](const MemReg& r) { deregistered.push_back(r.lkey); };
-    return std::make_unique<Allocator>(reg, dereg, thread_safe, large_cache_bytes);
+    return std::make_unique<Allocator>(reg, dereg, thread_safe, large_cache_bytes, limit_bytes);
   }
 };
 
@@ -294,6 +294,42 @@ TEST_CASE("a freed large region displaces cached regions of other sizes, oldest 
   CHECK(again1.region != again2.region);
   allocator->free(again1);
   allocator->free(again2);
+}
+
+TEST_CASE("an allocator maps no more than its limit, cached regions making way first",
+          "[allocator]") {
+  using rpc::detail::AllocFailure;
+  FakeRegistrar registrar;
+  auto allocator = registrar.make_allocator(/*thread_safe=*/false, /*large_cache_bytes=*/8 * kMiB,
+                                            /*limit_bytes=*/16 * kMiB);
+  // Given two 8 MiB blocks, a region each: the limit
+  const Allocation a = allocator->alloc(8 * kMiB);
+  const Allocation b = allocator->alloc(8 * kMiB);
+  REQUIRE(a.buf != nullptr);
+  REQUIRE(b.buf != nullptr);
+  REQUIRE(allocator->bytes_reserved() == 16 * kMiB);
+  // Expect a block that needs another region (even a chunk) refused, saying why
+  CHECK(allocator->alloc(64).buf == nullptr);
+  CHECK(allocator->last_failure() == AllocFailure::kOverLimit);
+  CHECK(allocator->limit_failures() == 1);
+  CHECK(allocator->alloc_failures() == 1);
+  // When one is freed (kept mapped for reuse: the mapped bytes stay)
+  allocator->free(a);
+  CHECK(allocator->bytes_reserved() == 16 * kMiB);
+  // Expect a block of another size to be served, the cached region given
+  // back to make room for its chunk
+  const Allocation c = allocator->alloc(64);
+  REQUIRE(c.buf != nullptr);
+  CHECK(registrar.deregistered.size() == 1);
+  CHECK(allocator->bytes_reserved() == 8 * kMiB + Allocator::kChunkBytes);
+  // and the chunk's other blocks handed out without mapping more
+  const Allocation d = allocator->alloc(64);
+  REQUIRE(d.buf != nullptr);
+  CHECK(allocator->num_regions() == 2);
+  CHECK(allocator->limit_failures() == 1);
+  allocator->free(b);
+  allocator->free(c);
+  allocator->free(d);
 }
 
 TEST_CASE("an allocation failure says why it failed", "[allocator]") {

@@ -2,6 +2,7 @@
 // Rpc::connect), over `fake` and `udp`: a client, a middle server whose
 // handlers are coroutines that call a back-end server, and the back end,
 // all on one thread.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
@@ -25,6 +26,11 @@ constexpr ReqType kCoNested = 21;       // coroutine: asks the back end, then re
 constexpr ReqType kCoThrow = 22;        // coroutine: throws after a nested call
 constexpr ReqType kNeverResponds = 23;  // plain: keeps the handle
 constexpr ReqType kCoAppError = 24;     // coroutine: answers the application error 42
+constexpr ReqType kLargeResp = 25;      // plain: answers kLargeBytes (sent by one-sided read)
+constexpr ReqType kCoNestedLarge =
+    26;  // coroutine: asks the back end for kLargeResp, then responds
+
+constexpr size_t kLargeBytes = 20000;  // above the default bulk threshold (16 KiB)
 
 constexpr RpcId kClientId = 0;
 constexpr RpcId kMiddleId = 1;
@@ -33,6 +39,9 @@ constexpr RpcId kBackendId = 2;
 // What the middle Rpc's handlers find in ReqHandle::context().
 struct Middle {
   SessionNum backend = kInvalidSessionNum;
+  // kCoNestedLarge: how its nested call ended.
+  int large_resumed = 0;
+  Errc large_errc = Errc::kOk;
 };
 
 Task<void> co_echo(ReqHandle& h) {
@@ -78,6 +87,26 @@ Task<void> co_throw(ReqHandle& h) {
   if (r.ok()) throw std::runtime_error("thrown after the nested call");
 }
 
+// Asks the back end for a large response (read one-sided into resp), then
+// answers with the start of its own request: it names its handle after the
+// suspension, whenever that ends.
+Task<void> co_nested_large(ReqHandle& h) {
+  Rpc& rpc = h.rpc();
+  auto* middle = static_cast<Middle*>(h.context());
+  MsgBuffer req = rpc.alloc_msg_buffer(8);
+  MsgBuffer resp = rpc.alloc_msg_buffer(kLargeBytes);
+  const CallResult r = co_await rpc.call(middle->backend, kLargeResp, req, resp);
+  middle->large_resumed++;
+  middle->large_errc = r.errc;
+  rpc.free_msg_buffer(req);
+  rpc.free_msg_buffer(resp);
+  MsgBuffer& out = h.pre_resp_buffer();
+  const size_t size = std::min(h.request().size(), out.max_size());
+  std::memcpy(out.data(), h.request().data(), size);
+  out.resize(size);
+  rpc.enqueue_response(h, out);
+}
+
 struct Trio {
   Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
   Middle middle;
@@ -93,6 +122,12 @@ struct Trio {
     REQUIRE(nexus.register_handler(kCoNested, co_nested));
     REQUIRE(nexus.register_handler(kCoThrow, co_throw));
     REQUIRE(nexus.register_handler(kNeverResponds, [](ReqHandle&) {}));
+    REQUIRE(nexus.register_handler(kLargeResp, [](ReqHandle& h) {
+      MsgBuffer resp = h.rpc().alloc_msg_buffer(kLargeBytes);
+      fill_pattern(resp, 7);
+      h.rpc().enqueue_response(h, resp);
+    }));
+    REQUIRE(nexus.register_handler(kCoNestedLarge, co_nested_large));
     REQUIRE(nexus.register_handler(kCoAppError, [](ReqHandle& h) -> Task<void> {
       h.rpc().enqueue_error_response(h, 42);
       co_return;
@@ -149,6 +184,15 @@ Task<void> call_many(Rpc& rpc, SessionNum sn, ReqType type, size_t size, int cou
   finished = true;
 }
 
+// Sends one 8-byte request and keeps its outcome.
+Task<void> call_once(Rpc& rpc, SessionNum sn, ReqType type, CallResult& out, bool& finished) {
+  MsgBuffer req = rpc.alloc_msg_buffer(8), resp = rpc.alloc_msg_buffer(8);
+  out = co_await rpc.call(sn, type, req, resp);
+  rpc.free_msg_buffer(req);
+  rpc.free_msg_buffer(resp);
+  finished = true;
+}
+
 TEST_CASE("co_await rpc.call, coroutine handlers and nested calls", "[coro]") {
   const std::string transport = GENERATE(as<std::string>{}, "fake", "udp");
   Trio t(transport);
@@ -185,13 +229,7 @@ TEST_CASE("co_await rpc.call, coroutine handlers and nested calls", "[coro]") {
   SECTION("a coroutine handler that throws fails its request with kHandlerFailed, " + transport) {
     CallResult seen;
     bool finished = false;
-    t.client->spawn([](Rpc& rpc, SessionNum sn, CallResult& out, bool& f) -> Task<void> {
-      MsgBuffer req = rpc.alloc_msg_buffer(8), resp = rpc.alloc_msg_buffer(8);
-      out = co_await rpc.call(sn, kCoThrow, req, resp);
-      rpc.free_msg_buffer(req);
-      rpc.free_msg_buffer(resp);
-      f = true;
-    }(*t.client, t.sn, seen, finished));
+    t.client->spawn(call_once(*t.client, t.sn, kCoThrow, seen, finished));
     REQUIRE(t.pump_until([&] { return finished; }));
     CHECK(seen.errc == Errc::kHandlerFailed);
     CHECK(t.mid->stats().handler_exceptions == 1);
@@ -283,6 +321,35 @@ TEST_CASE("~Rpc resumes coroutines awaiting calls, then destroys those still sus
   CHECK(seen.errc == Errc::kSessionDestroyed);
   CHECK(frame_a_gone);  // it finished
   CHECK(frame_b_gone);  // destroyed by ~Rpc
+}
+
+TEST_CASE(
+    "~Rpc resumes a coroutine handler whose nested response is being read before it frees "
+    "the handler's session") {
+  // Given a middle Rpc whose coroutine handler awaits a nested call, the
+  // call's response being read one-sided (held in flight)
+  Trio t("fake");
+  FakeNetwork::instance().set_hold_bulk(true);
+  CallResult seen;
+  bool done = false;
+  t.client->spawn(call_once(*t.client, t.sn, kCoNestedLarge, seen, done));
+  REQUIRE(t.pump_until([&] { return t.mid->stats().bulk_reads == 1; }));
+  REQUIRE(t.middle.large_resumed == 0);
+  // When the middle Rpc is destroyed: ~Rpc fails the nested call, whose
+  // continuation waits for the read; the read completes during the
+  // teardown, or is cancelled by it (after 2 s)
+  SECTION("the read completes") { FakeNetwork::instance().set_hold_bulk(false); }
+  SECTION("the read is cancelled") {}
+  t.mid.reset();
+  FakeNetwork::instance().set_hold_bulk(false);
+  // Expect: the handler resumed once, inside ~Rpc, and named its handle
+  // (request, response buffer, enqueue_response) while its session was
+  // still there (AddressSanitizer reports a use after free otherwise); its
+  // answer went nowhere, and the client learns that its server went away
+  CHECK(t.middle.large_resumed == 1);
+  CHECK(t.middle.large_errc == Errc::kSessionDestroyed);
+  REQUIRE(run_all_until({t.client.get(), t.backend.get()}, [&] { return done; }));
+  CHECK(seen.errc == Errc::kSessionReset);
 }
 
 // ---------------------------------------------------------------- blocking

@@ -329,6 +329,96 @@ TEST_CASE("by default, two of the largest requests fit one session's receive bud
   b.release(*p.client);
 }
 
+constexpr size_t kMiB = size_t{1} << 20;
+
+// An Rpc whose message buffers may take 16 MiB (within it, an 8 MiB
+// receive budget).
+RpcConfig capped_config() {
+  return RpcConfig{.transport = "fake",
+                   .rx_budget_per_session_bytes = 4 * kMiB,
+                   .rx_budget_per_rpc_bytes = 8 * kMiB,
+                   .max_msg_buffer_bytes = 16 * kMiB};
+}
+
+// Allocates buffers until the Rpc refuses one: large ones (a region of
+// their own each), then chunk-sized ones, so that no new chunk fits.
+std::vector<MsgBuffer> fill_msg_buffer_memory(Rpc& rpc) {
+  std::vector<MsgBuffer> held;
+  for (const size_t size : {3 * kMiB, kMiB}) {
+    for (MsgBuffer b = rpc.alloc_msg_buffer(size); b.valid(); b = rpc.alloc_msg_buffer(size)) {
+      held.push_back(b);
+    }
+  }
+  return held;
+}
+
+TEST_CASE("buffers past max_msg_buffer_bytes are refused and counted; freeing makes room") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  Rpc rpc(nexus, capped_config());
+  REQUIRE(rpc.stats().msg_buffer_bytes == 0);
+  // Given four buffers of 3 MiB, each in a 4 MiB region: the limit
+  std::vector<MsgBuffer> held;
+  for (int i = 0; i < 4; i++) {
+    held.push_back(rpc.alloc_msg_buffer(3 * kMiB));
+    REQUIRE(held.back().valid());
+  }
+  CHECK(rpc.stats().msg_buffer_bytes == 16 * kMiB);
+  // Expect any further buffer refused (a small one needs a 2 MiB chunk),
+  // counted, and nothing more held
+  CHECK_FALSE(rpc.alloc_msg_buffer(3 * kMiB).valid());
+  CHECK_FALSE(rpc.alloc_msg_buffer(64).valid());
+  CHECK(rpc.stats().msg_buffer_allocs_over_limit == 2);
+  CHECK(rpc.stats().msg_buffer_bytes == 16 * kMiB);
+  // When one is freed, expect room again: for its size, and for others
+  rpc.free_msg_buffer(held[0]);
+  held[0] = rpc.alloc_msg_buffer(3 * kMiB);
+  CHECK(held[0].valid());
+  rpc.free_msg_buffer(held[0]);
+  held[0] = rpc.alloc_msg_buffer(64);
+  CHECK(held[0].valid());
+  CHECK(rpc.stats().msg_buffer_bytes == 12 * kMiB + Allocator::kChunkBytes);
+  CHECK(rpc.stats().msg_buffer_allocs_over_limit == 2);
+  for (MsgBuffer& b : held) rpc.free_msg_buffer(b);
+}
+
+TEST_CASE(
+    "a server at max_msg_buffer_bytes drops requests it has no buffer for, then serves them") {
+  Pair p(capped_config());
+  // Given a server whose application holds all the message-buffer memory
+  // it may have
+  std::vector<MsgBuffer> held = fill_msg_buffer_memory(*p.server);
+  REQUIRE(!held.empty());
+  REQUIRE(p.server->stats().msg_buffer_allocs_over_limit == 2);
+  // When a request that needs a buffer arrives (its first, and a large one)
+  Call call(*p.client, 20000);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  p.pump_for(30ms);
+  // Expect it dropped and counted, not served
+  CHECK(call.runs == 0);
+  CHECK(p.server->stats().drops.out_of_memory > 0);
+  CHECK(p.server->stats().msg_buffer_allocs_over_limit > 2);
+  // When the application frees its buffers, expect the retransmitted
+  // request served
+  for (MsgBuffer& b : held) p.server->free_msg_buffer(b);
+  REQUIRE(p.pump_until([&] { return call.runs > 0; }));
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, 20000, 20000));
+  call.release(*p.client);
+}
+
+TEST_CASE("max_msg_buffer_bytes below the per-Rpc receive budget or 2 MiB is refused") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.transport = "fake", .max_msg_buffer_bytes = 32 * kMiB}),
+                    Catch::Contains("max_msg_buffer_bytes (33554432) must be at least "
+                                    "rx_budget_per_rpc_bytes (67108864)"));
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.transport = "fake",
+                                         .rx_budget_per_session_bytes = 8192,
+                                         .rx_budget_per_rpc_bytes = 8192,
+                                         .max_msg_buffer_bytes = kMiB}),
+                    Catch::Contains("and 2 MiB"));
+  CHECK_NOTHROW(Rpc(nexus, RpcConfig{.transport = "fake", .max_msg_buffer_bytes = 64 * kMiB}));
+}
+
 TEST_CASE("two buffers of the largest message are kept for reuse when freed") {
   // Regression: the cache of freed large regions was counted in message
   // bytes (2 x 16 MiB - 2) while such a buffer takes a 16 MiB region with

@@ -146,6 +146,21 @@ struct RpcConfig {
   // Rpc, at least the per-session budget.
   size_t rx_budget_per_session_bytes = 0;
   size_t rx_budget_per_rpc_bytes = size_t{64} << 20;
+  // Registered memory this Rpc holds for message buffers, the
+  // application's and its own (requests being received, responses, each
+  // slot's buffers), in bytes: the 2 MiB chunks that buffers up to 2 MiB
+  // are carved from (a chunk counts whole, and stays mapped once mapped),
+  // the regions of larger buffers, and the regions kept for reuse (given
+  // back first when a new region would pass the limit). Past it,
+  // alloc_msg_buffer returns an invalid buffer, counted in
+  // RpcStats::msg_buffer_allocs_over_limit and logged once (as an error);
+  // a request the engine has no buffer for is dropped
+  // (drops.out_of_memory) and its client retransmits. Freeing buffers
+  // makes room again: a large buffer's region at once, a small one for
+  // buffers of its size class. RpcStats::msg_buffer_bytes is what the Rpc
+  // holds now. At least rx_budget_per_rpc_bytes and 2 MiB (the constructor
+  // throws otherwise); SIZE_MAX: no limit.
+  size_t max_msg_buffer_bytes = size_t{4} << 30;
   // Messages larger than this use the transport's one-sided bulk path when
   // it has one (verbs, fabric, fake). Ignored by udp.
   size_t bulk_threshold_bytes = 16384;

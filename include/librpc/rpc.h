@@ -86,7 +86,9 @@ class RPC_EXPORT Rpc {
 
   // A registered buffer of max_size bytes (size() == max_size()). Returns an
   // invalid buffer (valid() == false) when max_size exceeds
-  // max_msg_size() or memory is exhausted.
+  // max_msg_size(), when the buffer would take the Rpc past
+  // RpcConfig::max_msg_buffer_bytes (counted, and logged once), or when
+  // memory is exhausted.
   MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
   // REQUIRES: new_size <= buf.max_size(); returns false otherwise.
   bool resize_msg_buffer(MsgBuffer& buf, size_t new_size) noexcept { return buf.resize(new_size); }

@@ -94,6 +94,12 @@ struct RpcStats {
   uint64_t task_exceptions = 0;          // spawned coroutines that threw (caught, logged)
   uint64_t handlers_unanswered = 0;      // coroutine handlers that ended without answering
   uint64_t callback_exceptions = 0;      // session callbacks that threw (caught, logged)
+  // Message buffers (alloc_msg_buffer, and the engine's own) refused
+  // because the Rpc held RpcConfig::max_msg_buffer_bytes.
+  uint64_t msg_buffer_allocs_over_limit = 0;
+  // A level: bytes of registered memory the Rpc holds for message buffers
+  // (what max_msg_buffer_bytes bounds).
+  uint64_t msg_buffer_bytes = 0;
   // Levels, not counters: RX ring entries the sessions' credits hold, and
   // credits granted beyond the ring's room (docs/design.md, "Sessions and
   // ring room").

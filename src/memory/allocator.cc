@@ -50,6 +50,8 @@ const char* to_string(AllocFailure failure) {
       return "out of memory";
     case AllocFailure::kRegistrationFailed:
       return "the transport refused to register the memory";
+    case AllocFailure::kOverLimit:
+      return "over the limit on message-buffer memory";
   }
   return "unknown";
 }
@@ -59,12 +61,14 @@ size_t Allocator::footprint_bytes(size_t len) {
   return has_own_region(class_of(len)) ? round_up(block_bytes, kHugepageBytes) : block_bytes;
 }
 
-Allocator::Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes)
+Allocator::Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes,
+                     size_t limit_bytes)
     : register_fn_(std::move(reg)),
       deregister_fn_(std::move(dereg)),
       thread_safe_(thread_safe),
       free_lists_(kNumClasses),
       carved_(kNumClasses, 0),
+      limit_bytes_(limit_bytes),
       large_cache_limit_bytes_(large_cache_bytes) {}
 
 Allocator::~Allocator() {
@@ -103,6 +107,7 @@ void Allocator::free(const Allocation& a) noexcept {
 Allocation Allocator::fail(AllocFailure why) noexcept {
   last_failure_.store(why, std::memory_order_relaxed);
   alloc_failures_.fetch_add(1, std::memory_order_relaxed);
+  if (why == AllocFailure::kOverLimit) limit_failures_.fetch_add(1, std::memory_order_relaxed);
   return {};
 }
 
@@ -196,7 +201,24 @@ bool Allocator::grow(uint32_t size_class) noexcept {
   return true;
 }
 
+// Whether a region of len bytes fits within the limit, once cached large
+// regions (unused) are given back, oldest first, to make room.
+bool Allocator::make_room(size_t len) noexcept {
+  while (len > limit_bytes_ - std::min(bytes_reserved(), limit_bytes_)) {
+    if (large_cache_.empty()) return false;
+    MemRegion* oldest = large_cache_.front();
+    large_cache_.erase(large_cache_.begin());
+    large_cache_bytes_ -= oldest->len;
+    unmap_region(oldest);
+  }
+  return true;
+}
+
 MemRegion* Allocator::map_region(size_t len) noexcept {
+  if (!make_room(len)) {
+    fail(AllocFailure::kOverLimit);
+    return nullptr;
+  }
   try {
     if (regions_.size() == regions_.capacity()) {
       regions_.reserve(std::max<size_t>(16, 2 * regions_.capacity()));

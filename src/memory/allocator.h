@@ -31,6 +31,7 @@ enum class AllocFailure : uint8_t {
   kTooLarge,            // beyond the largest size class
   kOutOfMemory,         // mmap or the allocator's own bookkeeping failed
   kRegistrationFailed,  // the transport refused to register the region
+  kOverLimit,           // the regions would exceed the allocator's limit
 };
 const char* to_string(AllocFailure failure);
 
@@ -53,7 +54,12 @@ class Allocator {
   // mapped and registered for reuse, up to this many bytes in all; the rest
   // go back to the system at once. 0 keeps none; a few large messages'
   // worth spares each one an mmap, a registration and fresh page faults.
-  Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes = 0);
+  // limit_bytes: the most bytes of regions mapped at once (bytes_reserved:
+  // chunks, whole however few of their blocks are in use, large regions
+  // and the cached ones, which are given back first when a new region
+  // would pass it); an alloc that needs more fails with kOverLimit.
+  Allocator(RegisterFn reg, DeregisterFn dereg, bool thread_safe, size_t large_cache_bytes = 0,
+            size_t limit_bytes = SIZE_MAX);
   ~Allocator();  // deregisters and unmaps everything
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -68,10 +74,12 @@ class Allocator {
   // of large messages took is given back.
   void free(const Allocation& a) noexcept;
 
-  size_t bytes_reserved() const { return bytes_reserved_; }
   size_t num_regions() const { return regions_.size(); }
   // Safe to read from any thread.
+  size_t bytes_reserved() const { return bytes_reserved_.load(std::memory_order_relaxed); }
   uint64_t alloc_failures() const { return alloc_failures_.load(std::memory_order_relaxed); }
+  // Of those, the allocs refused by the limit.
+  uint64_t limit_failures() const { return limit_failures_.load(std::memory_order_relaxed); }
   AllocFailure last_failure() const { return last_failure_.load(std::memory_order_relaxed); }
   const char* last_failure_text() const { return to_string(last_failure()); }
 
@@ -87,6 +95,7 @@ class Allocator {
   Allocation alloc_large(uint32_t size_class) noexcept;
   bool grow(uint32_t size_class) noexcept;
   MemRegion* map_region(size_t len) noexcept;
+  bool make_room(size_t len) noexcept;
   void unmap_region(MemRegion* region) noexcept;
   void free_large(MemRegion* region) noexcept;
   Allocation fail(AllocFailure why) noexcept;
@@ -101,12 +110,15 @@ class Allocator {
   std::vector<std::vector<std::pair<uint8_t*, MemRegion*>>> free_lists_;
   std::vector<size_t> carved_;
   std::vector<MemRegion*> regions_;
-  size_t bytes_reserved_ = 0;
+  // Written under the lock (when thread-safe), read from any thread.
+  std::atomic<size_t> bytes_reserved_{0};
+  size_t limit_bytes_;
   // Freed large regions kept for reuse, and their total length.
   size_t large_cache_limit_bytes_;
   std::vector<MemRegion*> large_cache_;
   size_t large_cache_bytes_ = 0;
   std::atomic<uint64_t> alloc_failures_{0};
+  std::atomic<uint64_t> limit_failures_{0};
   std::atomic<AllocFailure> last_failure_{AllocFailure::kNone};
 };
 

@@ -248,6 +248,9 @@ void RpcImpl::poll_bulk() {
 // the session callback); server sessions are ended, as for a dead client. A
 // new connect builds a new connection.
 void RpcImpl::reset_failed_bulk_path(uint64_t path) {
+  // ~Rpc ends every session itself, once its reads are drained: none may
+  // be freed while the continuations those reads held back still run.
+  if (destroying_) return;
   RPC_LOG_WARN("Rpc {}: a bulk-transfer connection failed; resetting its sessions", config_.rpc_id);
   stats_.bulk_paths_failed++;
   // By index: continuations may create sessions while this runs.
@@ -269,8 +272,15 @@ void RpcImpl::reset_failed_bulk_path(uint64_t path) {
 // ~Rpc: every read still in flight must be over before its buffer goes
 // back to the application or the allocator. Waits for them, and after
 // kDrainReadsTimeout (a peer that never answers) makes the transport
-// cancel the rest.
+// cancel the rest. REQUIRES: every read is orphaned, and no session has
+// been freed yet (the continuations run here may resume coroutine
+// handlers, which name their handles).
 void RpcImpl::drain_bulk_reads() {
+  // A read still owned by its slot would run its handler or complete its
+  // request below.
+  for (const BulkRead& r : bulk_reads_) {
+    RPC_ASSERT(!r.live || r.orphaned, "~Rpc orphans every read before draining");
+  }
   const auto deadline = std::chrono::steady_clock::now() + kDrainReadsTimeout;
   while (bulk_reads_live_ > 0 && std::chrono::steady_clock::now() < deadline) {
     poll_bulk();
@@ -287,7 +297,6 @@ void RpcImpl::drain_bulk_reads() {
     if (!bulk_reads_[i].live) continue;
     bulk_reads_live_--;
     stats_.bulk_reads_failed++;
-    RPC_ASSERT(bulk_reads_[i].orphaned, "~Rpc orphans every read before draining");
     finish_orphan(i);
   }
 }

@@ -70,11 +70,20 @@ void RpcImpl::count_task_exception(const char* what) {
 // without an answer is misuse, said in the log.
 void RpcImpl::coroutine_handler_ended(SessionNum sn, size_t slot_index, uint64_t req_num,
                                       std::exception_ptr e) {
+  if (destroying_) [[unlikely]] {
+    // ~Rpc resumed it (its nested call failed): its session is still
+    // there, but its client is being reset, so nothing is answered (as
+    // enqueue_response ignores an answer now).
+    if (e) {
+      handler_exceptions_.fetch_add(1, std::memory_order_relaxed);
+      RPC_LOG_WARN("Rpc {}: a coroutine handler threw during ~Rpc: {}", config_.rpc_id, what_of(e));
+    }
+    return;
+  }
   if (e) {
     handler_failed(sn, slot_index, req_num, what_of(e));
     return;
   }
-  if (destroying_) return;
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   if (s == nullptr || s->is_client() || !s->sslots.allocated()) return;
   ServerSlot& slot = s->sslots[slot_index];

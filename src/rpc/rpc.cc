@@ -113,6 +113,11 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
                     rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
   }
+  if (config.max_msg_buffer_bytes < std::max(rx_budget_per_rpc_bytes_, Allocator::kChunkBytes)) {
+    throw Error(fmt::format(
+        "Rpc: max_msg_buffer_bytes ({}) must be at least rx_budget_per_rpc_bytes ({}) and 2 MiB",
+        config.max_msg_buffer_bytes, rx_budget_per_rpc_bytes_));
+  }
   if (config.congestion_control) {
     if (!(config.cc_link_gbps >= 0.1 && config.cc_link_gbps <= 10000)) {
       throw Error("Rpc: cc_link_gbps must be within [0.1, 10000]");
@@ -166,7 +171,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   allocator_ = std::make_unique<Allocator>(
       [t](void* addr, size_t len) { return t->register_memory(addr, len); },
       [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0,
-      2 * largest_buffer_bytes);
+      2 * largest_buffer_bytes, config.max_msg_buffer_bytes);
   handlers_ = &nexus.freeze_handlers();
   stall_queue_.reserve(64);
   auto registered = nexus_.register_rpc(config.rpc_id, this);
@@ -198,13 +203,20 @@ void RpcImpl::shutdown() {
   // Answers that reached us before we unregistered: a connect accepted by
   // its server must be disconnected like any connected session below.
   if (sm_mailbox_.pending()) poll_sm_queue();
-  // By index: nothing below adds sessions, but free_session may not run
-  // until every continuation has.
+  // Nothing below frees a session until every continuation has run and
+  // every coroutine is gone: a coroutine handler resumed by a late
+  // continuation names its handle, which lives in its server session.
+  // By index: nothing below adds sessions.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
     Session* s = sessions_[sn].get();
     if (s == nullptr) continue;
     if (!s->is_client()) {
       if (s->is_connected()) send_session_reset(*s);
+      // Its requests being read run no handler now: orphaned, like those
+      // of the client sessions' responses below, and drained with them.
+      for (ServerSlot& slot : s->sslots) {
+        if (slot.bulk_read != kNoBulkRead) orphan_server_read(slot);
+      }
       continue;
     }
     switch (s->state) {
@@ -224,14 +236,16 @@ void RpcImpl::shutdown() {
     }
   }
   tx_flush();
+  // Every read is orphaned now; the continuations they held back run as
+  // they end, while every session is still there.
+  drain_bulk_reads();
+  // Every continuation has run, resuming the coroutines that awaited
+  // calls; those still suspended wait for nothing that will come, and
+  // their frames may name handles too.
+  spawned_.destroy_all();
   for (auto& s : sessions_) {
     if (s != nullptr) free_session(*s);
   }
-  // Every read is orphaned now; the deferred continuations run as they end.
-  drain_bulk_reads();
-  // Every continuation has run, resuming the coroutines that awaited
-  // calls; those still suspended wait for nothing that will come.
-  spawned_.destroy_all();
   shut_down_ = true;
 }
 
@@ -239,7 +253,19 @@ MsgBuffer RpcImpl::alloc_msg_buffer(size_t max_size) noexcept {
   if (max_size > max_msg_size_) return MsgBuffer();
   const size_t bytes = MsgBufferAccess::alloc_bytes(max_size, caps_.max_data_per_pkt);
   const Allocation a = allocator_->alloc(bytes);
-  if (a.buf == nullptr) return MsgBuffer();
+  if (a.buf == nullptr) [[unlikely]] {
+    if (allocator_->limit_failures() != 0 &&
+        !msg_buffer_limit_logged_.exchange(true, std::memory_order_relaxed)) {
+      RPC_LOG_ERROR(
+          "Rpc {}: a message buffer of {} bytes would take the Rpc past "
+          "RpcConfig::max_msg_buffer_bytes ({} bytes of registered memory); alloc_msg_buffer "
+          "returns invalid buffers, and requests the Rpc has no buffer for are dropped, until "
+          "buffers are freed. Raise max_msg_buffer_bytes if this Rpc needs more (counted in "
+          "RpcStats::msg_buffer_allocs_over_limit; logged once)",
+          config_.rpc_id, max_size, config_.max_msg_buffer_bytes);
+    }
+    return MsgBuffer();
+  }
   return MsgBufferAccess::make(a, max_size, caps_.max_data_per_pkt);
 }
 

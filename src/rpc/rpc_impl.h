@@ -162,6 +162,8 @@ class RpcImpl final : public RpcEndpoint {
     stats_.ring_credits_overcommitted = ring_overcommit_;
     stats_.handler_exceptions = handler_exceptions_.load(std::memory_order_relaxed);
     stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
+    stats_.msg_buffer_allocs_over_limit = allocator_->limit_failures();
+    stats_.msg_buffer_bytes = allocator_->bytes_reserved();
     return stats_;
   }
   size_t max_msg_size() const { return max_msg_size_; }
@@ -338,6 +340,8 @@ class RpcImpl final : public RpcEndpoint {
   uint8_t transport_wire_id_ = 0;  // transport/registry.h
   RoutingInfo local_route_;
   std::unique_ptr<Allocator> allocator_;
+  // alloc_msg_buffer (any thread) said that max_msg_buffer_bytes was reached.
+  std::atomic<bool> msg_buffer_limit_logged_{false};
   const std::array<HandlerEntry, 256>* handlers_;
   size_t max_msg_size_ = 0;
   mutable RpcStats stats_;  // mutable: stats() folds in counters kept elsewhere
@@ -349,17 +353,12 @@ class RpcImpl final : public RpcEndpoint {
   uint64_t rto_ns_ = 0;
   uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;
-  uint64_t next_request_seq_ = 1;
+  uint64_t next_request_seq_ = 1;  // RequestId: (session << 48) | seq (48 bits, never 0)
   // The last connect that failed, for connect() (session_api.cc).
   uint64_t connect_failures_ = 0;
   std::pair<SessionNum, SmErr> last_connect_failure_{kInvalidSessionNum, SmErr::kNone};
   SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)
   bool shut_down_ = false;
-  // Sessions freed during shutdown: kept until the Rpc is gone, since a
-  // continuation that runs late (after its read) may still name a handle of
-  // one (a coroutine handler answering; ignored then).
-  std::vector<std::unique_ptr<Session>> graveyard_;  // RequestId: (session <<
-                                                     // 48) | seq (48 bits, never 0)
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;  // the loop is not re-entrant

@@ -116,11 +116,7 @@ void RpcImpl::free_session(Session& session) {
   if (session.offer_pending) transport_->cancel_connect(session.local_offer);
   const SessionNum sn = session.local_num;
   set_session_credits(session, Admission{0, 0});
-  if (destroying_) {
-    graveyard_.push_back(std::move(sessions_[sn]));
-  } else {
-    sessions_[sn].reset();
-  }
+  sessions_[sn].reset();
   free_session_nums_.push_back(sn);
   num_sessions_--;
   stats_.sessions_freed++;
