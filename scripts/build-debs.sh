@@ -10,7 +10,9 @@
 #      in a git checkout, so build directories and uncommitted changes stay
 #      out; otherwise a copy without build*/ directories);
 #   3. dpkg-buildpackage -b -us -uc there, with
-#      DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)";
+#      DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)", plus
+#      $LIBRPC_DEB_BUILD_OPTIONS (CI adds noopt: it checks the packaging,
+#      and compiles twice as fast without optimization);
 #   4. moves the .deb files to OUT_DIR (default: build-debs/ here);
 #   5. lintian on them: warnings are printed, errors fail the script;
 #   6. prints the packages with their sizes.
@@ -60,7 +62,7 @@ fi
 log=$tmp/dpkg-buildpackage.log
 echo "build-debs.sh: dpkg-buildpackage -b -us -uc in $src (log: $log)"
 start=$(date +%s)
-if ! (cd "$src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" \
+if ! (cd "$src" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc) ${LIBRPC_DEB_BUILD_OPTIONS:-}" \
       dpkg-buildpackage -b -us -uc) >"$log" 2>&1; then
   tail -n 80 "$log"
   echo "build-debs.sh: dpkg-buildpackage FAILED (the last 80 lines of its log are above)" >&2

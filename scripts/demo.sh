@@ -12,7 +12,9 @@
 #   bash scripts/demo.sh        (as root, or as a user with sudo, for the deps)
 #
 # Environment: BUILD_DIR (default build-demo; the test suites use build),
-# SKIP_DEPS=1 to skip install-deps.sh, HELLO_PORT (default 31850) and
+# SKIP_DEPS=1 to skip install-deps.sh, MESON_SETUP_ARGS (extra `meson setup`
+# args for a new build directory; CI passes --werror and builds into build/,
+# which scripts/test.sh then reuses), HELLO_PORT (default 31850) and
 # REVERSE_PORT (default 31851): the first free UDP port from there is used.
 set -euo pipefail
 
@@ -138,7 +140,8 @@ if [ -f "$build_dir/build.ninja" ]; then
 else
   # Only what the demo runs: the test suites and benchmarks take minutes to
   # compile (scripts/test.sh builds them, in build/).
-  meson setup "$build_dir" -Dtests=false -Dbench=false || fail "meson setup"
+  # shellcheck disable=SC2086 # MESON_SETUP_ARGS: extra words, e.g. --werror
+  meson setup "$build_dir" -Dtests=false -Dbench=false ${MESON_SETUP_ARGS:-} || fail "meson setup"
 fi
 meson compile -C "$build_dir" apps/librpc-hello-server apps/librpc-hello-client apps/librpc-reverse ||
   fail "build"
