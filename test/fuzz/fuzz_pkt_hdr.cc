@@ -46,6 +46,12 @@ struct Engines {
 // engine's check is compared against.
 bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg, bool bulk_cap) {
   if (static_cast<uint8_t>(h.status()) > 3) return false;  // statuses 4..15 do not exist
+  // A restart notice (docs/wire_format.md): a credit return that names no
+  // packet, size or status, and carries nothing.
+  if (((h.w1 >> 53) & 1) != 0) {
+    return h.pkt_type() == PktType::kExplCr && h.status() == RespStatus::kOk && !h.bulk() &&
+           h.pkt_num() == 0 && h.msg_size() == 0 && data_len == 0;
+  }
   // An application error: one response packet holding exactly its 4-byte code.
   if (h.status() == RespStatus::kAppError) {
     return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 && h.msg_size() == 4 &&
