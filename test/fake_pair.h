@@ -170,4 +170,14 @@ struct Call {
   }
 };
 
+// Moves the pair's manual clock on in 1 ms steps until `call` (an echo of
+// `size` bytes) completes, for at most `limit_ms`; then requires that it
+// completed once, with kOk and the echoed pattern intact.
+inline void require_echo_completes(Pair& p, Call& call, size_t size, int limit_ms = 4000) {
+  for (int i = 0; i < limit_ms && call.runs == 0; i++) p.advance(std::chrono::milliseconds(1));
+  REQUIRE(call.runs == 1);
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+}
+
 }  // namespace rpc::test
