@@ -54,6 +54,10 @@ enum class SmErr : uint8_t {
   kOutOfMemory,         // the remote could not allocate the session's buffers
   kBulkPathFailed,      // the connection one-sided transfers use failed (verbs RC QP in error:
                         // the peer died, retries ran out, a remote access error)
+  kPeerExited,          // samehost: the peer process exited or closed its end of the channel
+                        // (noticed by socket hang-up or pidfd, within milliseconds)
+  kPeerMisbehaved,      // samehost: the peer broke the channel protocol (an impossible ring
+                        // index, a bulk read of memory it did not offer)
 };
 
 RPC_EXPORT std::string_view to_string(SessionEvent event);

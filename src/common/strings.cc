@@ -88,6 +88,11 @@ std::string_view to_string(SmErr err) {
     case SmErr::kBulkPathFailed:
       return "the connection for large-message transfers (RDMA RC) failed: peer gone or "
              "unreachable, or a remote access error";
+    case SmErr::kPeerExited:
+      return "the same-host peer process exited or closed its end of the channel";
+    case SmErr::kPeerMisbehaved:
+      return "the same-host peer broke the channel protocol (corrupt ring index or a bad bulk "
+             "read)";
   }
   return "unknown reason";
 }

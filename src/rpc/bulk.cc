@@ -251,7 +251,9 @@ void RpcImpl::reset_failed_bulk_path(uint64_t path) {
   // ~Rpc ends every session itself, once its reads are drained: none may
   // be freed while the continuations those reads held back still run.
   if (destroying_) return;
-  RPC_LOG_WARN("Rpc {}: a bulk-transfer connection failed; resetting its sessions", config_.rpc_id);
+  const SmErr reason = transport_->bulk_path_failure_reason(path);
+  RPC_LOG_WARN("Rpc {}: a connection to a peer failed ({}); resetting its sessions", config_.rpc_id,
+               to_string(reason));
   stats_.bulk_paths_failed++;
   // By index: continuations may create sessions while this runs.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
@@ -262,9 +264,9 @@ void RpcImpl::reset_failed_bulk_path(uint64_t path) {
     if (!s->is_client()) {
       if (s->state == SessionState::kDraining) continue;
       stats_.sessions_reset++;
-      end_server_session(*s, SessionEvent::kReset, SmErr::kBulkPathFailed);
+      end_server_session(*s, SessionEvent::kReset, reason);
     } else if (s->state == SessionState::kConnected) {
-      reset_client_session(*s, Errc::kSessionReset, SmErr::kBulkPathFailed, /*send_disc=*/true);
+      reset_client_session(*s, Errc::kSessionReset, reason, /*send_disc=*/true);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "rpc_build_config.h"
 #include "transport/fake/fake_transport.h"
 #include "transport/module_loader.h"
+#include "transport/samehost/samehost_transport.h"
 #include "transport/udp/udp_transport.h"
 
 namespace rpc::detail {
@@ -20,6 +21,10 @@ std::unique_ptr<Transport> make_udp(const RpcConfig& config, const std::string& 
 
 std::unique_ptr<Transport> make_fake(const RpcConfig& config, const std::string&) {
   return std::make_unique<FakeTransport>(config);
+}
+
+std::unique_ptr<Transport> make_samehost(const RpcConfig& config, const std::string&) {
+  return std::make_unique<SamehostTransport>(config);
 }
 
 // RPC_MODULE_BUILT_<name>: set by the module's meson.build when this build

@@ -215,6 +215,12 @@ class Transport {
     (void)out;
     return 0;
   }
+  // Why a path poll_failed_bulk_paths() just reported failed, as its
+  // sessions' callbacks are told (samehost: the peer process exited).
+  virtual SmErr bulk_path_failure_reason(uint64_t path) const {
+    (void)path;
+    return SmErr::kBulkPathFailed;
+  }
   // Ends every one-sided operation still outstanding: when it returns, none
   // of them touches local memory any more, and poll_bulk() reports none of
   // them. Used by ~Rpc when reads do not finish in time; the transport
