@@ -37,14 +37,20 @@ struct TransportOptions {
     rpc::RpcConfig config{.rpc_id = id, .transport = transport};
     config.fabric_provider = fabric_provider;
     config.verbs_device = verbs_device;
+    // The apps parse and store requests straight from the request buffer:
+    // over samehost, a private copy keeps a hostile client on the host
+    // from rewriting one while it is parsed (docs/transports.md).
+    config.samehost_copy_rx = true;
     return config;
   }
 };
 
 // Adds --transport, --fabric-provider and --verbs-device to `cli`.
 inline void add_transport_options(CLI::App& cli, TransportOptions& t) {
-  cli.add_option("--transport", t.transport, "transport: udp, verbs (RDMA) or fabric (libfabric)")
-      ->check(CLI::IsMember({"udp", "verbs", "fabric"}))
+  cli.add_option("--transport", t.transport,
+                 "transport: udp, samehost (two processes on one host), verbs (RDMA) or fabric "
+                 "(libfabric)")
+      ->check(CLI::IsMember({"udp", "samehost", "verbs", "fabric"}))
       ->capture_default_str();
   cli.add_option("--fabric-provider", t.fabric_provider,
                  "fabric: the libfabric provider (efa, tcp;ofi_rxm, shm; default: the first "

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -214,8 +215,9 @@ struct Pair {
   RpcConfig config;
   std::unique_ptr<SamehostTransport> server, client;
   RoutingInfo offer, server_route, client_route;
-  Pair() {
+  explicit Pair(bool copy_rx = false) {
     config.transport = "samehost";
+    config.samehost_copy_rx = copy_rx;
     server = std::make_unique<SamehostTransport>(config);
     client = std::make_unique<SamehostTransport>(config);
     client->fill_local_routing_info(offer);
@@ -226,6 +228,25 @@ struct Pair {
   }
   bool connect() { return client->resolve_connect_answer(client_route, offer); }
 };
+
+// Whether p lies in a mapping of a samehost region (as /proc/self/maps
+// names the memfd).
+bool in_shared_region(const void* p) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  REQUIRE(maps != nullptr);
+  char line[512];
+  bool found = false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    uintptr_t lo, hi;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) != 2) continue;
+    if (addr >= lo && addr < hi && std::strstr(line, "memfd:librpc-samehost") != nullptr) {
+      found = true;
+    }
+  }
+  std::fclose(maps);
+  return found;
+}
 
 template <typename F>
 bool eventually(F&& done, std::chrono::milliseconds limit = std::chrono::milliseconds(3000)) {
@@ -367,4 +388,23 @@ TEST_CASE("samehost: bulk reads copy exactly the offered payload, and a bad addr
   std::array<uint64_t, 4> failed{};
   REQUIRE(p.server->poll_failed_bulk_paths(failed) == 1);
   CHECK(p.server->bulk_path_failure_reason(failed[0]) == SmErr::kPeerMisbehaved);
+}
+
+TEST_CASE("samehost: packets are read in place, or from a private copy with samehost_copy_rx",
+          "[unit][samehost]") {
+  for (const bool copy_rx : {false, true}) {
+    Pair p(copy_rx);
+    REQUIRE(p.connect());
+    const auto hdr = header_with(0x11);
+    std::vector<uint8_t> data(64, 0x22);
+    const TxItem item{&p.client_route, hdr.data(), data.data(), 64, 0};
+    p.client->tx_burst(std::span(&item, 1));
+    std::array<RxPacket, 4> rx;
+    REQUIRE(p.server->rx_burst(rx) == 1);
+    CHECK(rx[0].buf[kPktHeaderBytes + 63] == 0x22);
+    // In place: the engine (and a handler) reads the peer's slot; copied:
+    // memory of ours that the peer cannot reach.
+    CHECK(in_shared_region(rx[0].buf) == !copy_rx);
+    p.server->post_recvs(1);
+  }
 }

@@ -65,9 +65,11 @@ enum class VerbsBulk : uint8_t {
 
 struct RpcConfig {
   RpcId rpc_id = 0;
-  // "udp" (default), "fake" (in-process, for tests), "verbs" (RDMA UD
-  // datagrams; where the library was built with libibverbs), "fabric"
-  // (libfabric RDM endpoints, e.g. AWS EFA; where built with libfabric).
+  // "udp" (default), "fake" (in-process, for tests), "samehost" (two
+  // processes on one host, through shared memory; docs/transports.md),
+  // "verbs" (RDMA UD datagrams; where the library was built with
+  // libibverbs), "fabric" (libfabric RDM endpoints, e.g. AWS EFA; where
+  // built with libfabric).
   std::string transport = "udp";
   // Packet size bounds, in bytes; both ends of a session must end up with
   // the same packet size. 0 (default): the transport's own choice — udp
@@ -103,6 +105,17 @@ struct RpcConfig {
   // fabric: the libfabric provider, as `fi_info -l` names it ("efa",
   // "tcp;ofi_rxm", "shm"); empty: the first that offers RDM endpoints.
   std::string fabric_provider = {};
+  // samehost: copy each received packet out of the shared ring before the
+  // engine sees it. false (default): packets are read in place, and a
+  // foreground handler of a one-packet request reads it straight from the
+  // ring slot, which the peer process can still rewrite while the handler
+  // runs: the engine reads each header once and is not affected, but the
+  // handler may see the bytes change under it, so it must read each field
+  // it relies on once (into a local) before it checks and uses it. true:
+  // handlers see a private copy the peer cannot touch, for one memcpy per
+  // packet (docs/transports.md, "samehost"). Multi-packet and bulk
+  // requests are always copied into buffers of ours.
+  bool samehost_copy_rx = false;
   // RX ring entries. Each session reserves its credits' worth of them at
   // both ends, so this bounds the number of sessions (rx_ring_size /
   // session_credits with every session at the default).

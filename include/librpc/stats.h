@@ -69,8 +69,8 @@ struct RpcStats {
                                           // session ended): finished before buffers were reused
   uint64_t bulk_exposures = 0;            // payloads exposed to a peer for one transfer
   uint64_t bulk_expose_failed = 0;        // exposures refused: sent as datagrams instead
-  uint64_t bulk_paths_failed = 0;         // bulk connections (verbs RC QPs) that failed; their
-                                          // sessions were reset
+  uint64_t bulk_paths_failed = 0;         // connections (verbs RC QPs, samehost channels) that
+                                          // failed under live sessions; those were reset
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
   uint64_t sessions_reset = 0;       // reset because the remote failed

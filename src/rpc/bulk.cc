@@ -244,17 +244,17 @@ void RpcImpl::poll_bulk() {
 }
 
 // Client sessions over the path are reset (the server is asked to free its
-// end; kSessionReset to every outstanding request, SmErr::kBulkPathFailed to
-// the session callback); server sessions are ended, as for a dead client. A
-// new connect builds a new connection.
+// end; kSessionReset to every outstanding request, the transport's reason,
+// e.g. SmErr::kBulkPathFailed, to the session callback); server sessions
+// are ended, as for a dead client. A new connect builds a new connection.
 void RpcImpl::reset_failed_bulk_path(uint64_t path) {
   // ~Rpc ends every session itself, once its reads are drained: none may
   // be freed while the continuations those reads held back still run.
   if (destroying_) return;
   const SmErr reason = transport_->bulk_path_failure_reason(path);
-  RPC_LOG_WARN("Rpc {}: a connection to a peer failed ({}); resetting its sessions", config_.rpc_id,
-               to_string(reason));
-  stats_.bulk_paths_failed++;
+  // A samehost channel also "fails" when the peer closes it after an
+  // orderly disconnect: only a failure that ends sessions is one to report.
+  size_t ended = 0;
   // By index: continuations may create sessions while this runs.
   for (size_t sn = 0; sn < sessions_.size(); sn++) {
     Session* s = sessions_[sn].get();
@@ -264,11 +264,17 @@ void RpcImpl::reset_failed_bulk_path(uint64_t path) {
     if (!s->is_client()) {
       if (s->state == SessionState::kDraining) continue;
       stats_.sessions_reset++;
+      ended++;
       end_server_session(*s, SessionEvent::kReset, reason);
     } else if (s->state == SessionState::kConnected) {
+      ended++;
       reset_client_session(*s, Errc::kSessionReset, reason, /*send_disc=*/true);
     }
   }
+  if (ended == 0) return;
+  stats_.bulk_paths_failed++;
+  RPC_LOG_WARN("Rpc {}: a connection to a peer failed ({}); reset {} session(s) over it",
+               config_.rpc_id, to_string(reason), ended);
 }
 
 // ~Rpc: every read still in flight must be over before its buffer goes

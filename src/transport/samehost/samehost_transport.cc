@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 #include "common/random.h"
@@ -49,6 +50,8 @@ SamehostTransport::SamehostTransport(const RpcConfig& config)
   caps_.bulk = true;
   geometry_ = geometry_for(config, pkt_bytes);
   handed_.resize(kMaxHandedOut);
+  copy_rx_ = config.samehost_copy_rx;
+  if (copy_rx_) rx_copies_.resize(kMaxHandedOut * pkt_bytes);
   reads_.reserve(64);
   watch_ = std::make_unique<Watch>(nonce_);
 }
@@ -284,8 +287,14 @@ size_t SamehostTransport::rx_burst(std::span<RxPacket> out) {
         if (c.handed_out == 0) c.rx.release(c.rx.head());
         continue;
       }
+      const size_t entry = (handed_head_ + handed_count_) % kMaxHandedOut;
+      if (copy_rx_) {
+        uint8_t* copy = rx_copies_.data() + entry * caps_.max_pkt_bytes;
+        std::memcpy(copy, pkt, len);
+        pkt = copy;
+      }
       out[n++] = RxPacket{pkt, len, key};
-      handed_[(handed_head_ + handed_count_) % kMaxHandedOut] = HandedOut{index, c.rx.head()};
+      handed_[entry] = HandedOut{index, c.rx.head()};
       handed_count_++;
       c.handed_out++;
     }

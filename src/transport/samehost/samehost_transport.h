@@ -125,10 +125,14 @@ class SamehostTransport final : public Transport {
   size_t poll_start_ = 0;         // round robin over polled_
   size_t live_channels_ = 0;
   // Packets handed to the engine, oldest first (a ring of kMaxHandedOut).
-  static constexpr size_t kMaxHandedOut = 1024;
+  static constexpr size_t kMaxHandedOut = 256;  // at least the engine's RX burst
   std::vector<HandedOut> handed_;
   size_t handed_head_ = 0;
   size_t handed_count_ = 0;
+  // RpcConfig::samehost_copy_rx: a private copy of each handed-out packet,
+  // one slot's worth per entry of handed_ (empty when reading in place).
+  bool copy_rx_ = false;
+  std::vector<uint8_t> rx_copies_;
   std::vector<Read> reads_;  // posted reads, oldest first
   std::vector<samehost::FailedChannel> local_failed_;
   uint64_t malformed_slots_ = 0;
