@@ -91,7 +91,9 @@ TEST_CASE(
   const auto killed = Clock::now();
   REQUIRE(victim->wait() == 128 + SIGKILL);
   // Then the server resets its 4 sessions within a second, saying why
-  const bool noticed = server->wait_for_output("n=4 event=reset", kDeathNoticed);
+  // (the whole of the fourth line: its reason too)
+  const bool noticed =
+      server->wait_for_output("n=4 event=reset reason=" + kPeerExitedText, kDeathNoticed);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
   INFO(server->output());
   REQUIRE(noticed);
