@@ -18,6 +18,7 @@
 #include "transport/samehost/samehost_ring.h"
 #include "transport/samehost/samehost_wire.h"
 
+using namespace rpc;
 using namespace rpc::detail;
 using namespace rpc::detail::samehost;
 
