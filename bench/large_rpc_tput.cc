@@ -17,6 +17,14 @@
 // response of the asked size count; any failed request makes the exit
 // status 1. gbps counts request payload bytes only.
 //
+// By default the server's handler reads only the request's first 4 bytes
+// (the response size it is asked for). With --server-reads-all it reads
+// every byte (bench::kChecksumType: a checksum of the whole request comes
+// back in the response and the client checks it), so that a transport which
+// could hand a request over in place, without the payload crossing to the
+// server's memory, gets no goodput for bytes nobody reads. The server needs
+// no option for it: every benchmark server serves both request types.
+//
 // Why the default window is 2: with one request outstanding the link idles
 // for a round trip after every message, between the last request packet
 // and the next request's first; a second request fills that gap. More
@@ -31,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/args.h"
@@ -66,6 +75,7 @@ struct Options {
   std::vector<std::size_t> sizes = kDefaultSizes;
   std::size_t window = kDefaultWindow;
   std::size_t resp_size = kDefaultRespSize;
+  bool server_reads_all = false;
   double duration_s = kDefaultDurationS;
   bench::OutputPaths out;
 };
@@ -85,6 +95,9 @@ void add_options(CLI::App& app, Options& opt) {
   client.add_option("--window", opt.window, "outstanding requests on the session")
       ->check(CLI::Range(std::size_t{1}, kMaxWindow));
   measure::add_size_option(client, "--resp-size", opt.resp_size, "response size", 0, kMaxSize);
+  client.add_flag("--server-reads-all", opt.server_reads_all,
+                  "the server's handler reads every request byte (a checksum of the request, "
+                  "returned in the response and checked); default: it reads the first 4 bytes");
   client
       .add_option("--duration", opt.duration_s,
                   "measured time per size, after a warmup of a tenth of it (at most 0.5 s)")
@@ -94,8 +107,14 @@ void add_options(CLI::App& app, Options& opt) {
 }
 
 void check_options(const Options& opt, const CLI::App& app) {
-  bench::check_endpoint_options(opt.ep, bench::any_given(*app.get_option_group("Client")),
-                                "--sizes/--window/--resp-size/--duration/--json/--csv");
+  bench::check_endpoint_options(
+      opt.ep, bench::any_given(*app.get_option_group("Client")),
+      "--sizes/--window/--resp-size/--server-reads-all/--duration/--json/--csv");
+}
+
+std::string_view handler_reads(const Options& opt) {
+  return opt.server_reads_all ? "server handler reads every request byte (checksum returned)"
+                              : "server handler reads the first 4 request bytes";
 }
 
 double to_gbps(double messages_per_s, std::size_t size) {
@@ -107,9 +126,9 @@ void print_plan(const Options& opt) {
   for (const std::size_t s : opt.sizes) sizes += (sizes.empty() ? "" : ",") + bench::format_size(s);
   fmt::print(
       "large_rpc_tput: transport {}, mtu {}, 1 session, window {}, {} B responses, sizes {}, "
-      "{} s measured per size\n",
+      "{} s measured per size, {}\n",
       opt.ep.transport, bench::mtu_name(opt.ep.mtu), opt.window, opt.resp_size, sizes,
-      opt.duration_s);
+      opt.duration_s, handler_reads(opt));
   std::fflush(stdout);
 }
 
@@ -126,7 +145,7 @@ measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
   c.ep = opt.ep;
   c.server_uri = server_uri;
   c.first_id = client_id;
-  c.load = {.req_type = bench::kSizedRespType,
+  c.load = {.req_type = opt.server_reads_all ? bench::kChecksumType : bench::kSizedRespType,
             .req_size = size,
             .resp_size = opt.resp_size,
             .window = opt.window};
@@ -187,8 +206,11 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
   }
   if (servers != nullptr) servers->stop();
   checks.finish();
+  measure::Json config = bench::endpoint_config(opt.ep);
+  config["server_reads_all"] = opt.server_reads_all;
   measure::ResultFile file =
-      checks.result_file(opt.ep.transport, "goodput", setup, bench::endpoint_config(opt.ep));
+      checks.result_file(opt.ep.transport, "goodput",
+                         fmt::format("{}; {}", setup, handler_reads(opt)), std::move(config));
   file.results = std::move(results);
   bench::write_outputs(opt.out, file);
   return failures == 0 ? 0 : 1;

@@ -94,7 +94,8 @@ void add_endpoint_options(CLI::App& app, EndpointOptions& ep) {
        "port 0)")
       ->check(uri_validator(/*allow_port_zero=*/true))
       ->type_name("HOST:PORT");
-  g.add_option("--transport", ep.transport, "RpcConfig.transport: udp, verbs, fabric, fake")
+  g.add_option("--transport", ep.transport,
+               "RpcConfig.transport: udp, samehost, verbs, fabric, fake")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? "empty name" : ""; }, "NAME"));
   g.add_option("--mtu", ep.mtu,
                "RpcConfig.mtu_bytes (0: the transport's own packet size, udp 1500, fabric shm "

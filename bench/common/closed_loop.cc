@@ -3,6 +3,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "common/args.h"
@@ -36,9 +38,12 @@ ClosedLoop::ClosedLoop(rpc::Rpc& rpc, std::vector<ClientSession> sessions, const
                       requests_.size(), params_.req_size, params_.resp_size, rpc_.max_msg_size()));
     }
     fill_pattern(r.req);
-    if (params_.req_type == kSizedRespType) {
+    if (params_.req_type == kSizedRespType || params_.req_type == kChecksumType) {
       set_wanted_resp_size(r.req, static_cast<std::uint32_t>(params_.resp_size));
     }
+  }
+  if (params_.req_type == kChecksumType && !requests_.empty()) {
+    expected_checksum_ = request_checksum(requests_[0].req.data(), requests_[0].req.size());
   }
 }
 
@@ -56,6 +61,7 @@ void ClosedLoop::free_buffers() {
 
 void ClosedLoop::start() {
   for (Request& r : requests_) {
+    clear_checksum(r);
     const rpc::Errc rc =
         rpc_.enqueue_request(r.session, params_.req_type, r.req, r.resp, on_response, &r);
     if (rc != rpc::Errc::kOk) {
@@ -68,8 +74,10 @@ void ClosedLoop::start() {
 void ClosedLoop::on_response(rpc::Rpc& rpc, const rpc::Completion& c) {
   Request& r = *static_cast<Request*>(c.tag);
   ClosedLoop& loop = *r.loop;
-  if (c.errc == rpc::Errc::kOk && c.resp_size == loop.params_.resp_size) {
+  if (c.errc == rpc::Errc::kOk && c.resp_size == loop.params_.resp_size && loop.checksum_ok(r)) {
     bump(loop.counters_.completed);
+  } else if (c.errc == rpc::Errc::kOk && c.resp_size == loop.params_.resp_size) {
+    loop.record_error("response without the request's checksum");
   } else if (c.errc == rpc::Errc::kOk) {
     loop.record_error(
         fmt::format("response of {} B, expected {} B", c.resp_size, loop.params_.resp_size));
@@ -77,12 +85,27 @@ void ClosedLoop::on_response(rpc::Rpc& rpc, const rpc::Completion& c) {
     loop.record_error(std::string(rpc::to_string(c.errc)));
   }
   if (!loop.stopping_) {
+    loop.clear_checksum(r);
     const rpc::Errc rc =
         rpc.enqueue_request(r.session, loop.params_.req_type, r.req, r.resp, on_response, &r);
     if (rc == rpc::Errc::kOk) return;
     loop.record_error(fmt::format("enqueue_request: {}", rpc::to_string(rc)));
   }
   --loop.outstanding_;
+}
+
+bool ClosedLoop::checksum_ok(const Request& r) const {
+  if (params_.req_type != kChecksumType) return true;
+  const std::size_t n = std::min(kChecksumBytes, params_.resp_size);
+  return std::memcmp(r.resp.data(), &expected_checksum_, n) == 0;
+}
+
+void ClosedLoop::clear_checksum(Request& r) const {
+  if (params_.req_type != kChecksumType) return;
+  // The complement of the expected bytes, so that even a response shorter
+  // than kChecksumBytes must have been written to pass.
+  const std::uint64_t wrong = ~expected_checksum_;
+  std::memcpy(r.resp.data(), &wrong, std::min(kChecksumBytes, r.resp.max_size()));
 }
 
 void ClosedLoop::record_error(std::string what) {

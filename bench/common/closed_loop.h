@@ -35,7 +35,9 @@ struct alignas(64) LoopCounters {
 class ClosedLoop {
  public:
   struct Params {
-    rpc::ReqType req_type = 0;  // kEchoType or kSizedRespType
+    // kEchoType, kSizedRespType or kChecksumType (whose responses must
+    // carry the request's checksum: others count as errors).
+    rpc::ReqType req_type = 0;
     std::size_t req_size = 0;
     // The response size asked for and expected; other sizes count as errors.
     std::size_t resp_size = 0;
@@ -73,13 +75,19 @@ class ClosedLoop {
 
   static void on_response(rpc::Rpc& rpc, const rpc::Completion& c);
   void record_error(std::string what);
+  // Whether a kChecksumType response carries the checksum of our requests.
+  bool checksum_ok(const Request& r) const;
+  // Clears the checksum bytes of r's response buffer before it is reused,
+  // so that a stale one from the previous response cannot pass.
+  void clear_checksum(Request& r) const;
   void free_buffers();
 
   rpc::Rpc& rpc_;
   std::vector<ClientSession> sessions_;
   Params params_;
   LoopCounters& counters_;
-  std::vector<Request> requests_;  // never resized: tags point into it
+  std::vector<Request> requests_;        // never resized: tags point into it
+  std::uint64_t expected_checksum_ = 0;  // kChecksumType: of every request (same bytes)
   std::size_t outstanding_ = 0;
   bool stopping_ = false;
   bool finished_ = false;

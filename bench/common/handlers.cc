@@ -45,6 +45,17 @@ void respond(rpc::ReqHandle& h, std::size_t size, const std::uint8_t* src, std::
   h.rpc().enqueue_response(h, resp);
 }
 
+// The response size a kSizedRespType or kChecksumType request asks for (0
+// when it is too short to say), at most the largest message.
+std::size_t wanted_resp_size(rpc::ReqHandle& h) {
+  const rpc::MsgBuffer& req = h.request();
+  std::uint32_t wanted = 0;
+  if (req.size() >= kSizedRespHeaderBytes) {
+    std::memcpy(&wanted, req.data(), kSizedRespHeaderBytes);
+  }
+  return std::min<std::size_t>(wanted, h.rpc().max_msg_size());
+}
+
 }  // namespace
 
 void echo_handler(rpc::ReqHandle& h) {
@@ -56,16 +67,43 @@ void echo_handler(rpc::ReqHandle& h) {
 void sized_resp_handler(rpc::ReqHandle& h) {
   count_request(h);
   const rpc::MsgBuffer& req = h.request();
-  std::uint32_t wanted = 0;
-  if (req.size() >= kSizedRespHeaderBytes) {
-    std::memcpy(&wanted, req.data(), kSizedRespHeaderBytes);
+  respond(h, wanted_resp_size(h), req.data(), req.size());
+}
+
+void checksum_handler(rpc::ReqHandle& h) {
+  count_request(h);
+  const rpc::MsgBuffer& req = h.request();
+  std::uint8_t sum[kChecksumBytes];
+  const std::uint64_t checksum = request_checksum(req.data(), req.size());
+  std::memcpy(sum, &checksum, kChecksumBytes);
+  respond(h, wanted_resp_size(h), sum, kChecksumBytes);
+}
+
+std::uint64_t request_checksum(const std::uint8_t* data, std::size_t size) {
+  // Four independent sums so that the loop is bound by loads, not by one
+  // chain of additions.
+  std::uint64_t lane[4] = {0, 0, 0, 0};
+  constexpr std::size_t kStride = 4 * sizeof(std::uint64_t);
+  std::size_t k = 0;
+  for (; k + kStride <= size; k += kStride) {
+    for (std::size_t j = 0; j < 4; ++j) {
+      std::uint64_t w;
+      std::memcpy(&w, data + k + j * sizeof(w), sizeof(w));
+      lane[j] += w;
+    }
   }
-  respond(h, std::min<std::size_t>(wanted, h.rpc().max_msg_size()), req.data(), req.size());
+  std::uint64_t sum = size;
+  for (const std::uint64_t l : lane) sum = std::rotl(sum, 17) ^ (l * 0x9e3779b97f4a7c15ULL);
+  for (; k < size; ++k) sum = std::rotl(sum, 8) ^ data[k];
+  return sum;
 }
 
 void register_bench_handlers(rpc::Nexus& nexus) {
   if (auto r = nexus.register_handler(kEchoType, echo_handler); !r) throw RunError(r.error());
   if (auto r = nexus.register_handler(kSizedRespType, sized_resp_handler); !r) {
+    throw RunError(r.error());
+  }
+  if (auto r = nexus.register_handler(kChecksumType, checksum_handler); !r) {
     throw RunError(r.error());
   }
 }

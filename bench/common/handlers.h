@@ -1,6 +1,6 @@
 // The request handlers every benchmark server registers, so that one server
 // process can serve latency, small_rpc_tput and large_rpc_tput clients.
-// Both run in the server's event loop (foreground) and count what they
+// All run in the server's event loop (foreground) and count what they
 // handle in the ServerCounters their Rpc's RpcConfig::context points to.
 #pragma once
 
@@ -18,6 +18,13 @@ inline constexpr rpc::ReqType kEchoType = 1;
 // first kSizedRespHeaderBytes (see set_wanted_resp_size()).
 inline constexpr rpc::ReqType kSizedRespType = 2;
 inline constexpr std::size_t kSizedRespHeaderBytes = 4;
+// Like kSizedRespType, but the handler first reads every byte of the
+// request: it puts request_checksum() of the whole request into the
+// response's first kChecksumBytes (fewer if the response is shorter). A
+// transport that hands requests over in place (mapped, not copied) gets no
+// goodput for bytes nobody reads; this type makes the server pay for them.
+inline constexpr rpc::ReqType kChecksumType = 3;
+inline constexpr std::size_t kChecksumBytes = 8;
 
 // Requests handled by one server Rpc. Written by that Rpc's thread only, read
 // by any thread: a relaxed load and store, no read-modify-write, keeps the
@@ -29,8 +36,15 @@ struct alignas(64) ServerCounters {
 
 void echo_handler(rpc::ReqHandle& h);
 void sized_resp_handler(rpc::ReqHandle& h);
+void checksum_handler(rpc::ReqHandle& h);
 
-// Registers both handlers. REQUIRES: no Rpc created on the Nexus yet.
+// A 64-bit checksum of every byte of [data, data + size): sums of the
+// little-endian 64-bit words in four lanes, mixed, then the tail bytes.
+// Reads at memory speed; the compiler cannot skip it, since the result
+// travels in the response.
+std::uint64_t request_checksum(const std::uint8_t* data, std::size_t size);
+
+// Registers the three handlers. REQUIRES: no Rpc created on the Nexus yet.
 // Throws RunError.
 void register_bench_handlers(rpc::Nexus& nexus);
 

@@ -48,10 +48,17 @@ PEER_GOODPUT = 0.8     # fabric shm vs UCX sm, fabric tcp;ofi_rxm vs UCX tcp,
                        # udp vs raw UDP stream with GSO/GRO
 SOCKPERF_LATENCY = 1.1 # librpc udp p50 <= 1.1 x sockperf ping-pong p50
 FI_SHM_LATENCY = 1.5   # librpc fabric shm p50 <= 1.5 x fi_pingpong -p shm round trip
+# Same host (issue 29): librpc's samehost transport against UCX sm.
+SAMEHOST_LATENCY = 1.0         # 32 B rtt p50 <= 1.0 x UCX sm ucp_am_lat round trip
+SAMEHOST_LATENCY_STRETCH = 0.8 # ... stretch: <= 0.8 x
+SAMEHOST_GOODPUT = 1.2         # 8 MiB, server reads every byte, >= 1.2 x UCX sm ucp_am_bw
+SAMEHOST_RATE = 0.5            # 32 B requests/s (window 32) >= 0.5 x UCX sm one-way msg/s
 
 # Transport labels of the udp goodput runs, which differ in offload.
 UDP_GSO = "udp (GSO/GRO)"
 UDP_PLAIN = "udp (no GSO/GRO)"
+# large_rpc_tput --server-reads-all: its runs are a series of their own.
+READS_ALL = "server reads all"
 # librpc's default session credits (RpcConfig::session_credits); a goodput
 # run with others is a series of its own, labelled with them.
 DEFAULT_CREDITS = 32
@@ -132,10 +139,16 @@ class Series:
             self.system = "librpc"  # scripts/cpu_cost.sh measures librpc only
         # What the numbers are used for: the latency sweep is its own kind, so
         # its 32 B point does not mix with the 32 B latency runs.
+        # The same-host section's runs are kinds of their own ("samehost_"
+        # + workload), so that they do not merge with sections a-c's.
         self.kind = "sweep" if step["role"] == "sweep" else \
             "soak" if step["role"] == "soak" else \
+            "samehost_soak" if step["role"] == "samehost_soak" else \
+            f"samehost_{self.workload}" if step["role"] == "samehost" else \
             "lat32" if self.workload == "latency" else self.workload
         self.transport = transport_label(self.system, transport, settings, self.results, self.kind)
+        if settings.get("server_reads_all"):
+            self.transport += f", {READS_ALL}"
         self.members = [self]  # the repetitions merged into this one (merge_repetitions)
 
     @property
@@ -811,6 +824,198 @@ def missing_why(steps, needed):
 
 
 # ---------------------------------------------------------------------------
+# Same host (run.sh section f): librpc samehost vs UCX sm vs librpc over
+# libfabric shm, every librpc run two processes.
+
+# (kind, system, transport, step id) of every row, in table order.
+SAMEHOST_ROWS = [
+    ("samehost_latency", "librpc", "samehost", "f1"),
+    ("samehost_latency", "ucx", "shm", "f2"),
+    ("samehost_latency", "librpc", "fabric shm", "f3"),
+    ("samehost_rate", "librpc", "samehost", "f4"),
+    ("samehost_rate", "ucx", "shm", "f5"),
+    ("samehost_rate", "librpc", "fabric shm", "f6"),
+    ("samehost_goodput", "librpc", "samehost", "f7"),
+    ("samehost_goodput", "librpc", f"samehost, {READS_ALL}", "f8"),
+    ("samehost_goodput", "ucx", "shm", "f9"),
+    ("samehost_goodput", "librpc", "fabric shm", "f10"),
+    ("samehost_goodput", "librpc", f"fabric shm, {READS_ALL}", "f11"),
+]
+SAMEHOST_POINTS = {"samehost_latency": "32 B, 1 outstanding",
+                   "samehost_rate": "32 B, 1 client + 1 server thread",
+                   "samehost_goodput": "8 MiB messages"}
+
+
+def samehost_point(series, kind, system, transport):
+    """The point of a same-host row: 32 B latency, the rate point, 8 MiB."""
+    s = first(series, kind, system, transport)
+    if s is None:
+        return None
+    if kind == "samehost_latency":
+        return p50_at(s.results, 32) or s.results[0]
+    if kind == "samehost_goodput":
+        return next((p for p in s.results if int(p.get("size", -1)) == GOODPUT_TARGET_SIZE), None)
+    return s.results[0]
+
+
+def samehost_result(kind, system, p):
+    """A row's result cell: the median and the spread of the runs."""
+    if kind == "samehost_latency":
+        text = f"rtt p50 {fmt_us(p.get('rtt_p50_us'))}{spread_text(p, 'rtt_p50_us', fmt_us)}"
+        if p.get("rtt_p99_us") is not None:
+            text += f", rtt p99 {fmt_us(p.get('rtt_p99_us'))}"
+    elif kind == "samehost_rate":
+        text = fmt_rate(p.get("rps")) + spread_text(p, "rps", fmt_rate)
+        if system == "ucx":
+            text = text.replace("req/s", "msg/s") + " (one-way, no responses)"
+        elif "window" in p:
+            text += f", window {p['window']}"
+    else:
+        text = fmt_gbps(p.get("gbps")) + spread_text(p, "gbps", fmt_gbps)
+    return text + reps_note(p)
+
+
+def retransmissions_of(p):
+    """The retransmissions of every run merged into p (None: not recorded)."""
+    values = rep_values(p, "retransmissions") if p.get("_reps") else \
+        [p["retransmissions"]] if is_number(p.get("retransmissions")) else []
+    return sum(values) if values else None
+
+
+def samehost_rows(steps, series):
+    rows = []
+    for kind, system, transport, step_id in SAMEHOST_ROWS:
+        what = kind.replace("samehost_", "")
+        point = SAMEHOST_POINTS[kind]
+        p = samehost_point(series, kind, system, transport)
+        if p is None:
+            rows.append([NAMES[system], transport, what, point,
+                         status_text(step_by_id(steps, step_id), f"no {transport} result"), "—",
+                         "—"])
+            continue
+        key = PRIMARY[what]
+        ucx = samehost_point(series, kind, "ucx", "shm") or {}
+        vs = "1.00× (the peer)" if system == "ucx" else \
+            fmt_ratio(ratio(p.get(key), ucx.get(key)), "UCX sm")
+        retx = retransmissions_of(p)
+        rows.append([NAMES[system], transport, what, point, samehost_result(kind, system, p), vs,
+                     "—" if system == "ucx" else fmt_num(retx)])
+    return rows
+
+
+def samehost_targets(steps, series):
+    """Rows of the same-host targets table, like targets()'s."""
+    pt = lambda kind, system, transport: samehost_point(series, kind, system, transport)
+    lat = ratio_target(f"librpc samehost 32 B rtt p50 ≤ {SAMEHOST_LATENCY} × UCX sm ucp_am_lat "
+                       "round trip (2 × its one-way)",
+                       pt("samehost_latency", "librpc", "samehost"),
+                       pt("samehost_latency", "ucx", "shm"), "rtt_p50_us", fmt_us,
+                       SAMEHOST_LATENCY, at_most=True, steps=steps, step_ids=("f1", "f2"))
+    stretch = ratio_target(f"(stretch) librpc samehost 32 B rtt p50 ≤ {SAMEHOST_LATENCY_STRETCH} × "
+                           "UCX sm ucp_am_lat round trip",
+                           pt("samehost_latency", "librpc", "samehost"),
+                           pt("samehost_latency", "ucx", "shm"), "rtt_p50_us", fmt_us,
+                           SAMEHOST_LATENCY_STRETCH, at_most=True, steps=steps,
+                           step_ids=("f1", "f2"))
+    rate = ratio_target(f"librpc samehost 32 B requests/s (1 client, 1 server thread, window 32) "
+                        f"≥ {SAMEHOST_RATE} × UCX sm ucp_am_bw 32 B one-way message rate",
+                        pt("samehost_rate", "librpc", "samehost"), pt("samehost_rate", "ucx", "shm"),
+                        "rps", fmt_rate, SAMEHOST_RATE, at_most=False, steps=steps,
+                        step_ids=("f4", "f5"))
+    goodput = ratio_target(f"librpc samehost 8 MiB goodput, server reads every byte, ≥ "
+                           f"{SAMEHOST_GOODPUT} × UCX sm ucp_am_bw 8 MiB",
+                           pt("samehost_goodput", "librpc", f"samehost, {READS_ALL}"),
+                           pt("samehost_goodput", "ucx", "shm"), "gbps", fmt_gbps,
+                           SAMEHOST_GOODPUT, at_most=False, steps=steps, step_ids=("f8", "f9"))
+    ucx_rate = (pt("samehost_rate", "ucx", "shm") or {}).get("rps")
+    if ucx_rate:  # UCX's is a one-way message rate
+        rate[3] = rate[3].replace(f"vs {fmt_rate(ucx_rate)}",
+                                  f"vs {fmt_rate(ucx_rate).replace('req/s', 'msg/s')} one-way")
+    as_is = pt("samehost_goodput", "librpc", "samehost") or {}
+    ucx = pt("samehost_goodput", "ucx", "shm") or {}
+    if as_is.get("gbps") and ucx.get("gbps"):
+        goodput[3] += (f"; as is (the handler reads 4 bytes) {fmt_gbps(as_is['gbps'])}, "
+                       f"{fmt_ratio(ratio(as_is['gbps'], ucx['gbps']))}")
+    return [lat, stretch, rate, goodput, samehost_retx_target(steps, series)]
+
+
+def samehost_retx_target(steps, series):
+    """No retransmission in the long samehost run (f12), nor in any other
+    samehost run of the section: shared memory loses nothing, so any is a
+    timer that fired too early."""
+    what = "no retransmission in a 10 s 8 MiB librpc samehost run, nor in the section's other " \
+        "samehost runs"
+    s = first(series, "samehost_soak", "librpc")
+    soak = s.results[0] if s and s.results else {}
+    if not is_number(soak.get("retransmissions")):
+        return [what, "—", "not measured", missing_why(steps, [("f12", None)])]
+    others = []
+    for kind, system, transport, step_id in SAMEHOST_ROWS:
+        p = samehost_point(series, kind, system, transport) if system == "librpc" else None
+        n = retransmissions_of(p) if p else None
+        if n is not None and transport.startswith("samehost"):
+            others.append((step_id, n))
+    total = soak["retransmissions"] + sum(n for _, n in others)
+    numbers = (f"{soak['retransmissions']} in {fmt_num(soak.get('duration_s'))} s at "
+               f"{fmt_gbps(soak.get('gbps'))} (f12, {soak.get('messages', '?')} messages); "
+               + ", ".join(f"{i}: {n}" for i, n in others))
+    return [what, f"{total} retransmissions", verdict(total == 0), numbers]
+
+
+def samehost_reps_table(series):
+    """Every run of the section's rows, with the load before its step."""
+    rows, nreps = [], 0
+    for kind, system, transport, _ in SAMEHOST_ROWS:
+        p = samehost_point(series, kind, system, transport)
+        if p is None:
+            continue
+        key = PRIMARY[kind.replace("samehost_", "")]
+        fmt = {"rtt_p50_us": fmt_us, "rps": fmt_rate, "gbps": fmt_gbps}[key]
+        if system == "ucx" and key == "rps":
+            fmt = lambda x: fmt_rate(x).replace("req/s", "msg/s")  # noqa: E731 (one-way)
+        cells = {}
+        for r in p.get("_reps") or []:
+            if not r["rep"]:
+                continue
+            st = r["step"]
+            retx = r["point"].get("retransmissions")
+            cells[int(r["rep"])] = f"{fmt(r['point'].get(key))} (load {st.get('load1') or '?'}, " \
+                f"{st.get('busy_pct') or '?'}% busy" + \
+                (f", {retx} retx" if is_number(retx) and retx else "") + ")"
+        if cells:
+            nreps = max(nreps, max(cells))
+            rows.append([NAMES[system], transport, kind.replace("samehost_", ""), cells,
+                         fmt(p.get(key))])
+    if not rows:
+        return "_No repeated measurements._"
+    header = ["System", "Transport", "Workload"] + \
+        [f"Repetition {i}" for i in range(1, nreps + 1)] + ["Median"]
+    return md_table(header, [r[:3] + [r[3].get(i, "—") for i in range(1, nreps + 1)] + [r[4]]
+                             for r in rows])
+
+
+def samehost_section(steps, series):
+    """The "Same host" section of the page: its numbers, targets and runs."""
+    return ["## Same host: librpc samehost, UCX sm, libfabric shm", "",
+            "Two processes on this machine, server pinned to CPU 1 and client to CPU 0: "
+            "librpc's programs in server and client mode (`bench/compare/pair.sh`), "
+            "ucx_perftest with UCX_TLS=sm (`bench/peers/ucx_perf.sh`). Run interleaved, "
+            "every system once per repetition; results are medians. UCX's rate is a one-way "
+            "stream of 32 B messages (ucp_am_bw), librpc's a closed loop of 32 B requests with "
+            "32 B responses, window 32. 8 MiB goodput: requests of 8 MiB, 32 B responses; "
+            f"\"{READS_ALL}\" runs make the server's handler read (checksum) every request "
+            "byte (`large_rpc_tput --server-reads-all`), the others read 4 bytes of it. "
+            "Retransmissions: the sum over the repetitions.", "",
+            md_table(["System", "Transport", "Workload", "Point", "Result", "vs UCX sm",
+                      "Retransmissions"], samehost_rows(steps, series)), "",
+            "### Same-host targets", "",
+            md_table(["Target", "Measured ratio", "Verdict", "Numbers"],
+                     samehost_targets(steps, series)), "",
+            "### Same-host runs, each with the load before it", "",
+            samehost_reps_table(series), ""]
+
+
+# ---------------------------------------------------------------------------
 # Plots
 
 
@@ -1248,6 +1453,43 @@ CONVENTIONS = """## Conventions
 """
 
 
+def has_samehost(steps):
+    return any(st["role"].startswith("samehost") for st in steps)
+
+
+def write_samehost_page(md_path, results_dir, machine, steps, series):
+    """The page of a run of the same-host section alone (run.sh --sections
+    f): that section, the machine, the steps and the commands."""
+    rel_results = os.path.relpath(results_dir, ROOT)
+    measured = [st for st in steps if st["role"] != "setup"]
+    loads = [float(st["load1"]) for st in measured if is_float(st.get("load1"))]
+    parts = ["# Benchmarks: the same-host section alone", "",
+             f"Generated by `bash bench/compare/run.sh --sections samehost` into {rel_results} "
+             "(regenerate with "
+             f"`/usr/bin/python3 bench/compare/report.py {rel_results} --md FILE`); the "
+             "other sections of docs/benchmarks.md did not run.", ""]
+    if machine.get("quick") == "1":
+        parts += ["> **Smoke run (`--quick`)**: every duration and iteration count was ~10× "
+                  "shorter than the full run.", ""]
+    parts += ["## Machine", "",
+              f"- CPU: {machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores",
+              f"- Kernel: {machine.get('kernel', '?')}",
+              f"- Date: {machine.get('date', '?')}",
+              f"- librpc: git {machine.get('git', '?')}, build {machine.get('buildtype', '?')}",
+              f"- Load average at start / end: {machine.get('loadavg_start', '?')} / "
+              f"{machine.get('loadavg_end', '?')}" +
+              (f"; 1-minute load average before each step: {min(loads):.2f} – {max(loads):.2f}"
+               if loads else ""), ""]
+    parts += samehost_section(steps, series)
+    parts += ["### Warnings the programs raised", "", warnings_detail(series), "",
+              "### Setups, as each program reported them", "", setups(series), "",
+              "## How this was produced", "", "### Steps", "", steps_table(steps), "",
+              "### Commands, exactly as run (from the repository root)", "", "```",
+              read_text(os.path.join(results_dir, "commands.txt")).rstrip(), "```", ""]
+    with open(md_path, "w") as f:
+        f.write("\n".join(parts))
+
+
 def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots):
     rel_png = os.path.relpath(png_dir, os.path.dirname(md_path))
     rel_results = os.path.relpath(results_dir, ROOT)
@@ -1311,6 +1553,8 @@ def write_markdown(md_path, png_dir, results_dir, machine, steps, series, plots)
               "pairs the runs of the same repetition.", "",
               md_table(["Target", "Measured ratio", "Verdict", "Numbers"], targets(steps, series)),
               ""]
+    if has_samehost(steps):
+        parts += samehost_section(steps, series)
     parts += ["## Plots", ""]
     for title, name, missing in plots:
         parts += [f"### {title}", ""]
@@ -1385,14 +1629,19 @@ def main():
         return
     if args.results_dir is None:
         ap.error("results_dir is required (or --sections-only)")
-    if matplotlib is None:
-        sys.exit("report.py: the full report needs matplotlib (apt-get install python3-matplotlib)")
     results_dir = os.path.realpath(args.results_dir)  # "latest" is a symlink
     if not os.path.isdir(results_dir):
         sys.exit(f"report.py: {results_dir} is not a directory")
     steps, series = load(results_dir)
     global RUN_REPS
     RUN_REPS = max([int(st["rep"]) for st in steps if st["rep"].isdigit()] or [1])
+    machine = read_machine(results_dir)
+    if machine.get("sections") == "f":  # the same-host section alone: no plots
+        write_samehost_page(args.md, results_dir, machine, steps, series)
+        print(f"report.py: wrote {os.path.relpath(args.md)}")
+        return
+    if matplotlib is None:
+        sys.exit("report.py: the full report needs matplotlib (apt-get install python3-matplotlib)")
     os.makedirs(args.png_dir, exist_ok=True)
     plots = []
     for title, name, fn in (("Latency CDF, 32 B", "latency_cdf.png", plot_latency_cdf),
@@ -1404,7 +1653,7 @@ def main():
         if missing and os.path.exists(path):
             os.remove(path)  # a stale plot from an earlier run would mislead
         plots.append((title, name, missing))
-    write_markdown(args.md, args.png_dir, results_dir, read_machine(results_dir), steps, series, plots)
+    write_markdown(args.md, args.png_dir, results_dir, machine, steps, series, plots)
     print(f"report.py: wrote {os.path.relpath(args.md)} and {len(plots)} plots in "
           f"{os.path.relpath(args.png_dir)}")
 

@@ -3,11 +3,20 @@
 # docs/benchmarks.md (+ docs/benchmarks/*.png) with bench/compare/report.py.
 #
 #   bash bench/compare/run.sh [--quick] [--no-install] [--no-build] [--reps N]
+#                             [--sections LIST]
 #
 # --quick       smoke run: every duration and iteration count ~10x shorter
 # --no-install  skip the apt-get steps (scripts/install-deps.sh and friends)
 # --no-build    use the binaries in build/ as they are
 # --reps N      repetitions of the interleaved comparisons (3; --quick: 2)
+# --sections L  run only these sections, comma-separated (default: all; env
+#               SECTIONS): a latency, b rate, c goodput, d CPU cost, e
+#               spurious retransmissions, f same host (alias: samehost). A
+#               run of some sections writes its report into the results
+#               directory, not docs/; the same-host section alone builds
+#               only its programs and takes ~4 minutes on a quiet machine
+#               (a busy one: up to ~10; --quick: ~2):
+#                 bash bench/compare/run.sh --no-install --sections samehost
 #
 # The 32 B latency and the goodput comparisons run interleaved, A B C A B C
 # ..., N times (steps <id>_r1, <id>_r2, ...), so that a slow minute of a
@@ -15,7 +24,9 @@
 # repetitions and each repetition's numbers with the machine's load. Each
 # step records the 1-minute load average and the share of the CPUs other
 # work kept busy just before it. The rate section, the latency sweep and the
-# CPU cost run once.
+# CPU cost run once. The same-host section (f) interleaves its 32 B latency,
+# 32 B rate and 8 MiB goodput comparisons the same way, each librpc run as
+# two processes (bench/compare/pair.sh), like its peers.
 #
 # Results go to build/compare-results/<timestamp>/ (not committed): one JSON
 # file per step (bench/compare/SCHEMA.md), its log, commands.txt (every
@@ -33,6 +44,7 @@ quick=0
 do_install=1
 do_build=1
 reps=""
+sections=${SECTIONS:-all}
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -40,7 +52,9 @@ while [ $# -gt 0 ]; do
     --no-build) do_build=0 ;;
     --reps) reps=${2:-}; shift ;;
     --reps=*) reps=${1#--reps=} ;;
-    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --sections) sections=${2:-}; shift ;;
+    --sections=*) sections=${1#--sections=} ;;
+    -h|--help) sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -49,6 +63,16 @@ if [ -n "$reps" ] && ! [[ "$reps" =~ ^[1-9][0-9]?$ ]]; then
   echo "run.sh: --reps needs a number from 1 to 99, got '$reps'" >&2
   exit 2
 fi
+sections=${sections//samehost/f}
+[ "$sections" = all ] && sections=a,b,c,e,d,f
+if ! [[ "$sections" =~ ^[a-f](,[a-f])*$ ]]; then
+  echo "run.sh: --sections takes a comma-separated list of a, b, c, d, e, f (samehost) or all" >&2
+  exit 2
+fi
+# section X: whether section X runs.
+section() { [[ ",$sections," == *",$1,"* ]]; }
+all_sections=1
+for x in a b c d e f; do section "$x" || all_sections=0; done
 
 run_start=$(date +%s)
 build=build
@@ -64,7 +88,8 @@ steps=$out/steps.tsv
 printf 'id\trole\tworkload\tlabel\tstatus\trc\telapsed_s\toutput\treason\tbusy_pct\trep\tload1\n' > "$steps"
 
 # ---------------------------------------------------------------------------
-# Sizes of the run. The full run takes ~6 minutes on a quiet 2-core machine;
+# Sizes of the run. The full run takes ~6 minutes on a quiet 2-core machine
+# (and ~4 more for the same-host section, f);
 # on a busy one it also waits up to 60 s before starting and up to 10 s before
 # each step for other work to finish (~20 minutes at most).
 if [ "$quick" -eq 1 ]; then
@@ -243,8 +268,14 @@ if [ "$do_build" -eq 1 ]; then
     # which ninja does by itself.
     echo "run.sh: reusing the configured $build/"
   fi
-  echo "\$ ninja -C $build -k 0"
-  ninja -C "$build" -k 0 2>&1 | tee -a "$out/build.log" | grep -vE '^\[[0-9]+/[0-9]+\] ' | tail -n 40
+  # Only the same-host section: its programs alone (a few minutes less on
+  # a small machine than the whole tree).
+  targets=()
+  [ "$sections" = f ] && targets=(bench/librpc-latency bench/librpc-small-rpc-tput
+                                  bench/librpc-large-rpc-tput src/librpc-fabric.so)
+  echo "\$ ninja -C $build -k 0 ${targets[*]}"
+  ninja -C "$build" -k 0 "${targets[@]}" 2>&1 | tee -a "$out/build.log" |
+    grep -vE '^\[[0-9]+/[0-9]+\] ' | tail -n 40
   if [ "${PIPESTATUS[0]}" -eq 0 ]; then
     build_status=ok
   else
@@ -252,7 +283,7 @@ if [ "$do_build" -eq 1 ]; then
     echo "run.sh: the build FAILED; running whatever binaries exist (see $out/build.log)"
   fi
 fi
-record build setup - "build ($build, ninja -k 0)" "$build_status" - 0 "$out/build.log" \
+record build setup - "build ($build, ninja -k 0${targets:+ ${targets[*]}})" "$build_status" - 0 "$out/build.log" \
   "$([ "$build_status" = failed ] && failure_reason "$out/build.log")"
 
 header "setup: machine"
@@ -270,6 +301,7 @@ busy=$(wait_for_quiet "$quiet_wait_s")
     'import json,sys; o={x["name"]:x["value"] for x in json.load(sys.stdin)}; print(o["buildtype"], "-O"+str(o["optimization"]))' 2>/dev/null), LTO $(grep -q -- '-flto' "$build/build.ninja" 2>/dev/null && echo on || echo off)"
   echo "quick=$quick"
   echo "reps=$reps"
+  echo "sections=$sections"
   echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
@@ -277,6 +309,7 @@ cat "$out/machine.txt"
 # ---------------------------------------------------------------------------
 # a. Latency, 32 B, one request outstanding, interleaved: every system once
 # per repetition, the repetitions one after another.
+if section a; then
 for r in $(seq 1 "$reps"); do
   step "a1_r$r" lat32 latency 120 "$out/a1_raw_udp_r$r.json" "latency 32 B: raw UDP ping-pong (rep $r)" -- \
     "$bench/baselines/udp_pingpong" --size 32 --iters "$lat_iters" --warmup "$lat_warmup" \
@@ -310,10 +343,12 @@ for s in "${sweep_sizes[@]}"; do
     "$bench/baselines/udp_pingpong" --size "$ds" --iters "$sweep_iters" --warmup "$sweep_warmup" \
     --json "$out/a7_raw_udp_$s.json"
 done
+fi  # section a
 
 # ---------------------------------------------------------------------------
 # b. Rate, 32 B requests, 1 client thread, 1 server thread.
 rate_limit=$(awk -v d="$rate_s" 'BEGIN { printf "%d", d * 4 + 40 }')
+if section b; then
 for w in "${windows[@]}"; do
   step "b1_w$w" rate rate "$rate_limit" "$out/b1_raw_udp_w$w.json" "rate 32 B: raw UDP echo, window $w" -- \
     "$bench/baselines/udp_echo" --size 32 --window "$w" --duration "$rate_s" \
@@ -331,6 +366,7 @@ step b3 rate rate "$grpc_limit" "$out/b3_grpc_async.json" "rate 32 B: gRPC async
 mkdir -p "$out/b4_ucx"
 step b4 rate rate 300 "$out/b4_ucx" "rate 32 B: UCX ucx_perftest one-way message rate (tcp, sm)" -- \
   env "${peer_env[@]}" WORKLOADS=rate bash bench/peers/ucx_perf.sh "$out/b4_ucx"
+fi  # section b
 
 # ---------------------------------------------------------------------------
 # c. Goodput, interleaved like the latency section. librpc over udp sweeps
@@ -338,6 +374,7 @@ step b4 rate rate 300 "$out/b4_ucx" "rate 32 B: UCX ucx_perftest one-way message
 # 8 MiB of the targets (the kernel TCP tools: a byte stream, no messages).
 large_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 12 * 3 + 60 }')
 one_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 3 + 60 }')
+if section c; then
 for r in $(seq 1 "$reps"); do
   step "c1_r$r" goodput goodput "$rate_limit" "$out/c1_raw_udp_stream_r$r.json" "goodput: raw UDP stream, 1472 B datagrams (rep $r)" -- \
     "$bench/baselines/udp_stream" --datagram-size 1472 --duration "$stream_s" \
@@ -369,6 +406,7 @@ for r in $(seq 1 "$reps"); do
     "$bench/librpc-large-rpc-tput" --transport udp --credits 256 --sizes "$goodput_size" \
     --duration "$large_s" --json "$out/c10_librpc_udp_credits256_r$r.json"
 done
+fi  # section c
 
 # ---------------------------------------------------------------------------
 # e. Spurious retransmissions: one long 8 MiB run over fabric shm, a
@@ -376,14 +414,71 @@ done
 # that fired too early (target: none in 10 s on an idle machine).
 soak_s=10
 [ "$quick" -eq 1 ] && soak_s=1
+section e &&
 step e1 soak soak 120 "$out/e1_librpc_fabric_shm_soak.json" "spurious retransmissions: librpc over fabric shm, 8 MiB for ${soak_s} s" -- \
   "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm --sizes "$goodput_size" \
   --duration "$soak_s" --json "$out/e1_librpc_fabric_shm_soak.json"
 
 # ---------------------------------------------------------------------------
 # d. CPU cost.
+section d &&
 step d1 cpu cpu 600 "$out/d1_cpu_cost.json" "CPU cost: instructions per 32-byte RPC (callgrind)" -- \
   env JSON="$out/d1_cpu_cost.json" N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32
+
+# ---------------------------------------------------------------------------
+# f. Same host: librpc's samehost transport next to UCX's shared memory
+# (UCX_TLS=sm) and libfabric's shm provider under librpc, interleaved like
+# sections a and c (per repetition: latency A B C, rate A B C, goodput A B
+# C ...). Every librpc run is two processes, server on CPU 1 and client on
+# CPU 0 (bench/compare/pair.sh), as ucx_perftest runs. The 8 MiB goodput
+# runs twice per transport: as is (the handler reads 4 bytes of the
+# request) and with --server-reads-all (it checksums every byte), the
+# figure the UCX target compares. Then one long samehost 8 MiB run for the
+# retransmission target (none in 10 s).
+if section f; then
+pair=(bash bench/compare/pair.sh)
+sh_rate_limit=$(awk -v d="$rate_s" 'BEGIN { printf "%d", d * 4 + 60 }')
+sh_large_limit=$(awk -v d="$large_s" 'BEGIN { printf "%d", d * 3 + 60 }')
+for r in $(seq 1 "$reps"); do
+  step "f1_r$r" samehost latency 120 "$out/f1_librpc_samehost_lat_r$r.json" "same host, latency 32 B: librpc samehost, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-latency" --transport samehost -- --sizes 32 --iters "$lat_iters" \
+    --warmup "$lat_warmup" --json "$out/f1_librpc_samehost_lat_r$r.json"
+  mkdir -p "$out/f2_ucx_sm_lat_r$r" "$out/f5_ucx_sm_rate_r$r" "$out/f9_ucx_sm_goodput_r$r"
+  step "f2_r$r" samehost latency 300 "$out/f2_ucx_sm_lat_r$r" "same host, latency 32 B: UCX sm ucp_am_lat (rep $r)" -- \
+    env "${peer_env[@]}" TRANSPORTS=shm WORKLOADS=latency bash bench/peers/ucx_perf.sh "$out/f2_ucx_sm_lat_r$r"
+  step "f3_r$r" samehost latency 120 "$out/f3_librpc_fabric_shm_lat_r$r.json" "same host, latency 32 B: librpc fabric shm, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-latency" --transport fabric --fabric-provider shm -- --sizes 32 \
+    --iters "$lat_iters" --warmup "$lat_warmup" --json "$out/f3_librpc_fabric_shm_lat_r$r.json"
+
+  step "f4_r$r" samehost rate "$sh_rate_limit" "$out/f4_librpc_samehost_rate_r$r.json" "same host, rate 32 B: librpc samehost small_rpc_tput, window 32, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-small-rpc-tput" --transport samehost -- --size 32 --window 32 \
+    --duration "$rate_s" --json "$out/f4_librpc_samehost_rate_r$r.json"
+  step "f5_r$r" samehost rate 300 "$out/f5_ucx_sm_rate_r$r" "same host, rate 32 B: UCX sm ucp_am_bw one-way message rate (rep $r)" -- \
+    env "${peer_env[@]}" TRANSPORTS=shm WORKLOADS=rate bash bench/peers/ucx_perf.sh "$out/f5_ucx_sm_rate_r$r"
+  step "f6_r$r" samehost rate "$sh_rate_limit" "$out/f6_librpc_fabric_shm_rate_r$r.json" "same host, rate 32 B: librpc fabric shm small_rpc_tput, window 32, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-small-rpc-tput" --transport fabric --fabric-provider shm -- --size 32 \
+    --window 32 --duration "$rate_s" --json "$out/f6_librpc_fabric_shm_rate_r$r.json"
+
+  step "f7_r$r" samehost goodput "$sh_large_limit" "$out/f7_librpc_samehost_goodput_r$r.json" "same host, goodput 8 MiB: librpc samehost, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes "$goodput_size" \
+    --duration "$large_s" --json "$out/f7_librpc_samehost_goodput_r$r.json"
+  step "f8_r$r" samehost goodput "$sh_large_limit" "$out/f8_librpc_samehost_reads_all_r$r.json" "same host, goodput 8 MiB: librpc samehost, server reads every byte, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes "$goodput_size" \
+    --server-reads-all --duration "$large_s" --json "$out/f8_librpc_samehost_reads_all_r$r.json"
+  step "f9_r$r" samehost goodput 300 "$out/f9_ucx_sm_goodput_r$r" "same host, goodput 8 MiB: UCX sm ucp_am_bw (rep $r)" -- \
+    env "${peer_env[@]}" TRANSPORTS=shm WORKLOADS=goodput bash bench/peers/ucx_perf.sh "$out/f9_ucx_sm_goodput_r$r"
+  step "f10_r$r" samehost goodput "$sh_large_limit" "$out/f10_librpc_fabric_shm_goodput_r$r.json" "same host, goodput 8 MiB: librpc fabric shm, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm -- \
+    --sizes "$goodput_size" --duration "$large_s" --json "$out/f10_librpc_fabric_shm_goodput_r$r.json"
+  step "f11_r$r" samehost goodput "$sh_large_limit" "$out/f11_librpc_fabric_shm_reads_all_r$r.json" "same host, goodput 8 MiB: librpc fabric shm, server reads every byte, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm -- \
+    --sizes "$goodput_size" --server-reads-all --duration "$large_s" \
+    --json "$out/f11_librpc_fabric_shm_reads_all_r$r.json"
+done
+step f12 samehost_soak soak 120 "$out/f12_librpc_samehost_soak.json" "same host, retransmissions: librpc samehost, 8 MiB for ${soak_s} s, server reads every byte, two processes" -- \
+  "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes "$goodput_size" \
+  --server-reads-all --duration "$soak_s" --json "$out/f12_librpc_samehost_soak.json"
+fi  # section f
 
 echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 
@@ -391,8 +486,15 @@ echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 header "report"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-echo "\$ $py bench/compare/report.py $out"
-"$py" bench/compare/report.py "$out" || { echo "run.sh: report.py failed" >&2; exit 1; }
+# A run of some sections only leaves docs/ alone: its report goes next to
+# its results.
+report_args=() report_md=docs/benchmarks.md
+if [ "$all_sections" -eq 0 ]; then
+  report_md=$out/benchmarks.md
+  report_args=(--md "$report_md" --png-dir "$out/benchmarks")
+fi
+echo "\$ $py bench/compare/report.py $out ${report_args[*]}"
+"$py" bench/compare/report.py "$out" "${report_args[@]}" || { echo "run.sh: report.py failed" >&2; exit 1; }
 echo
-echo "run.sh: $(( $(date +%s) - run_start )) s; results in $out; report in docs/benchmarks.md"
+echo "run.sh: $(( $(date +%s) - run_start )) s; results in $out; report in $report_md"
 column -t -s $'\t' "$steps" 2>/dev/null | cut -c1-160 || cat "$steps"
