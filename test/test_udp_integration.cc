@@ -629,3 +629,31 @@ TEST_CASE("requests fail with a clear error code instead of misbehaving", "[any_
     CHECK_FALSE(largest.valid());
   }
 }
+
+TEST_CASE("over samehost no session is paced, and the RTO has a high floor") {
+  // Given congestion control asked for, over a transport with no network
+  Nexus nexus(local_nexus());
+  register_echo(nexus);
+  RpcConfig server_config{.rpc_id = 1, .transport = "samehost"};
+  ServerThread server(nexus, server_config);
+  Rpc client(nexus, {.rpc_id = 0, .transport = "samehost", .congestion_control = true});
+  const SessionNum sn = connect(client, nexus.uri(), 1);
+  // When a window's worth of requests streams for a while
+  std::vector<EchoCall> calls(2000);
+  size_t done = 0;
+  for (size_t i = 0; i < calls.size(); i++) {
+    calls[i].total_done = &done;
+    REQUIRE(calls[i].prepare(client, 32, i));
+  }
+  run_calls(client, calls, {sn}, kEcho, done);
+  // Expect every request served, and no rate kept for the session at all
+  // (cc_rate_mbps is Timely's rate, 10000 Mbit/s when uncongested)
+  CHECK(count_echoed(calls) == calls.size());
+  CHECK(client.session_stats(sn)->cc_rate_mbps == 0);
+  CHECK(client.session_stats(sn)->cc_paced_pkts == 0);
+  // and a retransmission timeout far above rto_us: nothing is lost over
+  // shared memory, so a timeout there is a descheduled peer
+  CHECK(client.session_stats(sn)->rto_us >= 50'000);
+  for (auto& c : calls) c.release(client);
+  server.stop();
+}

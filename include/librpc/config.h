@@ -135,7 +135,9 @@ struct RpcConfig {
   // as TCP does (RFC 6298: smoothed round trip + 4 x its variation, from
   // packets sent once), never below this; a slot's doubles for each of its
   // timeouts in a row (at most 64x, and never past 1 s unless this floor
-  // is higher); SessionStats has srtt_us, rto_us.
+  // is higher); SessionStats has srtt_us, rto_us. samehost sessions use
+  // at least 50 ms: nothing is lost there between honest peers, so a
+  // timeout is a descheduled peer (docs/transports.md).
   uint64_t rto_us = 5000;
   // Upper bound on waiting: a request that gets no further for this long
   // (server silent, its Rpc gone, or a handler that never responds) fails
@@ -189,7 +191,8 @@ struct RpcConfig {
   // cc_t_high_us above it; in between it follows the RTT's gradient. A
   // retransmission timeout halves it. The defaults suit kernel UDP paths,
   // whose samples carry hundreds of microseconds of host delays; eRPC uses
-  // 50 and 1000 on RDMA NICs.
+  // 50 and 1000 on RDMA NICs. samehost has no network to congest and
+  // ignores it.
   bool congestion_control = true;
   double cc_link_gbps = 10.0;
   uint32_t cc_t_low_us = 300;

@@ -96,6 +96,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   transport_->fill_local_routing_info(local_route_);
   max_msg_size_ = max_msg_size_for(caps_.max_data_per_pkt);
   rto_ns_ = config.rto_us * 1000;
+  session_rto_floor_ns_ = std::max<uint64_t>(config.rto_us, caps_.min_rto_us) * 1000;
   request_timeout_ns_ = uint64_t{config.request_timeout_ms} * 1000000;
   partial_request_timeout_ns_ = uint64_t{config.partial_request_timeout_ms} * 1000000;
   if (partial_request_timeout_ns_ == 0)
@@ -118,7 +119,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         "Rpc: max_msg_buffer_bytes ({}) must be at least rx_budget_per_rpc_bytes ({}) and 2 MiB",
         config.max_msg_buffer_bytes, rx_budget_per_rpc_bytes_));
   }
-  if (config.congestion_control) {
+  if (config.congestion_control && !caps_.congestion_free) {
     if (!(config.cc_link_gbps >= 0.1 && config.cc_link_gbps <= 10000)) {
       throw Error("Rpc: cc_link_gbps must be within [0.1, 10000]");
     }

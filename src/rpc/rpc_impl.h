@@ -350,8 +350,9 @@ class RpcImpl final : public RpcEndpoint {
   // (CLOCK_MONOTONIC), read inline on the hot path.
   uint64_t (*test_clock_)() = nullptr;
   uint64_t read_clock() const { return test_clock_ == nullptr ? now_ns() : test_clock_(); }
-  uint64_t rto_ns_ = 0;
-  uint64_t request_timeout_ns_ = 0;  // 0: requests never time out
+  uint64_t rto_ns_ = 0;                // RpcConfig::rto_us: also how often the loss scan runs
+  uint64_t session_rto_floor_ns_ = 0;  // and TransportCaps::min_rto_us: under each session's RTO
+  uint64_t request_timeout_ns_ = 0;    // 0: requests never time out
   uint64_t partial_request_timeout_ns_ = 0;
   uint64_t next_request_seq_ = 1;  // RequestId: (session << 48) | seq (48 bits, never 0)
   // The last connect that failed, for connect() (session_api.cc).

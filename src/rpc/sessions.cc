@@ -42,7 +42,7 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
   if (num_sessions_ >= config_.max_sessions) return nullptr;
   auto s = std::make_unique<Session>();
   s->role = role;
-  s->rtt = RttEstimator(rto_ns_);
+  s->rtt = RttEstimator(session_rto_floor_ns_);
   if (wheel_ != nullptr) s->timely = Timely(timely_params_, now_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
   bool ok = true;

@@ -40,6 +40,18 @@ struct TransportCaps {
   size_t rx_ring_size = 0;      // RX ring entries
   size_t max_inline_bytes = 0;  // sends up to this size may be inlined
   bool bulk = false;            // post_read available
+  // No network between the peers, nothing to congest (samehost: memory):
+  // the engine runs no congestion control over it, whatever
+  // RpcConfig::congestion_control says. Timely's RTT signal there only
+  // measures the peer's scheduling, and pacing by it throttled a 32 B
+  // stream to a tenth of its rate.
+  bool congestion_free = false;
+  // A floor under every session's retransmission timeout, above
+  // RpcConfig::rto_us (0: none). For a medium that loses nothing between
+  // honest peers (samehost: credits keep the peer's ring from filling), a
+  // timeout means a descheduled peer, not a loss, and a 5 ms floor let
+  // every longer preemption of a shared machine's core resend a request.
+  uint64_t min_rto_us = 0;
 };
 
 // One datagram to send: a header and a data slice, both inside registered

@@ -48,6 +48,8 @@ SamehostTransport::SamehostTransport(const RpcConfig& config)
   // the engine admits (rx_ring_size / session_credits), as for udp.
   caps_.rx_ring_size = config.rx_ring_size;
   caps_.bulk = true;
+  caps_.congestion_free = true;
+  caps_.min_rto_us = kMinRtoUs;
   geometry_ = geometry_for(config, pkt_bytes);
   handed_.resize(kMaxHandedOut);
   copy_rx_ = config.samehost_copy_rx;

@@ -72,6 +72,10 @@ class SamehostTransport final : public Transport {
   // event-loop iterations so that it does not hold up small messages long.
   static constexpr size_t kReadBytesPerPoll = 4 << 20;
   static constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
+  // Nothing is lost between honest peers (their credits keep each ring
+  // from filling), so a timeout is a descheduled peer: resend only after
+  // much longer than any preemption of a busy machine's core.
+  static constexpr uint64_t kMinRtoUs = 50'000;
 
  private:
   struct Channel {
