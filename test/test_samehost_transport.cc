@@ -408,3 +408,31 @@ TEST_CASE("samehost: packets are read in place, or from a private copy with same
     p.server->post_recvs(1);
   }
 }
+
+TEST_CASE("samehost: towards a peer that cannot read our memory, nothing is exposed",
+          "[unit][samehost]") {
+  // Given a client whose probe word the server cannot read (as across
+  // users, or towards a non-dumpable process): its offer names an address
+  // it does not have mapped
+  RpcConfig config;
+  config.transport = "samehost";
+  SamehostTransport server(config), client(config);
+  RoutingInfo offer;
+  client.fill_local_routing_info(offer);
+  REQUIRE(client.prepare_connect(offer, 0));
+  auto r = decode_route(offer, RouteKind::kOffer);
+  REQUIRE(r);
+  r->probe_addr = 8;
+  encode_route(*r, offer);
+  RoutingInfo server_route = offer, client_route;
+  REQUIRE(server.resolve_remote_routing_info(server_route));
+  server.fill_connect_answer(server_route, client_route);
+  REQUIRE(client.resolve_connect_answer(client_route, offer));
+  // Expect the client to refuse to expose payloads to it (the engine then
+  // sends them as packets), while the server, whose word the client did
+  // read, still exposes its own
+  std::vector<uint8_t> payload(1 << 20);
+  Exposure e;
+  CHECK_FALSE(client.expose_for_read(client_route, payload.data(), payload.size(), MemReg{}, e));
+  CHECK(server.expose_for_read(server_route, payload.data(), payload.size(), MemReg{}, e));
+}

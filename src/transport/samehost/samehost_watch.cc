@@ -203,13 +203,15 @@ void Watch::on_hello(int fd) {
   Welcome welcome = w.expected.welcome;
   welcome.status = WelcomeStatus::kAccepted;
   const uint64_t key = w.expected.key;
+  // Before the region goes out: once the client has it, its first request
+  // may already be answered, with a large response exposed to it.
+  w.expected.link->peer_reads_us.store(hello->client_reads_server, std::memory_order_release);
   if (!send_region(fd, welcome, w.memfd.get())) {
     close_accepted(fd);
     fail(key, SmErr::kPeerMisbehaved);
     waiting_.erase(it);
     return;
   }
-  w.expected.link->peer_reads_us.store(hello->client_reads_server, std::memory_order_release);
   const pid_t pid = w.expected.pid;
   waiting_.erase(it);  // closes our copy of the region's descriptor
   accepted_.erase(fd);
