@@ -170,7 +170,7 @@ TEST_CASE("an unknown transport's error lists the known ones") {
     FAIL("an Rpc over an unknown transport was created");
   } catch (const rpc::Error& e) {
     CHECK_THAT(std::string(e.what()),
-               Catch::Contains("udp, fake, verbs (module), fabric (module)"));
+               Catch::Contains("udp, fake, samehost, verbs (module), fabric (module)"));
   }
 }
 
