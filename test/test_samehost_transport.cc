@@ -3,6 +3,8 @@
 // one process connected through the real handshake.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -435,4 +437,79 @@ TEST_CASE("samehost: towards a peer that cannot read our memory, nothing is expo
   Exposure e;
   CHECK_FALSE(client.expose_for_read(client_route, payload.data(), payload.size(), MemReg{}, e));
   CHECK(server.expose_for_read(server_route, payload.data(), payload.size(), MemReg{}, e));
+}
+
+namespace {
+
+// The first mapping of a samehost region in this process.
+uint8_t* first_shared_region() {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  REQUIRE(maps != nullptr);
+  char line[512];
+  uintptr_t found = 0;
+  while (found == 0 && std::fgets(line, sizeof line, maps) != nullptr) {
+    uintptr_t lo, hi;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+        std::strstr(line, "memfd:librpc-samehost") != nullptr) {
+      found = lo;
+    }
+  }
+  std::fclose(maps);
+  REQUIRE(found != 0);
+  return reinterpret_cast<uint8_t*>(found);
+}
+
+}  // namespace
+
+TEST_CASE("samehost: a slot with an impossible length ends the channel, not just the packet",
+          "[unit][samehost]") {
+  Pair p;
+  REQUIRE(p.connect());
+  // Given the client writing a slot no honest writer would: the right
+  // sequence word, a length beyond the slot
+  const Geometry g = p.server->geometry();
+  uint8_t* slot = first_shared_region() + g.ring_offset(kClientToServer);
+  const uint32_t bad_len = g.slot_bytes + 1;
+  std::memcpy(slot + kSlotLenOffset, &bad_len, sizeof bad_len);
+  store_shared(slot + kSlotSeqOffset, 1, std::memory_order_release);
+  // Expect the server to hand out nothing, stop polling the channel (a
+  // peer rewriting slots as fast as we read them would otherwise keep us
+  // in rx_burst), and report it failed, with the reason
+  std::array<RxPacket, 4> rx;
+  CHECK(p.server->rx_burst(rx) == 0);
+  CHECK(p.server->malformed_slots() == 1);
+  store_shared(slot + kSlotSeqOffset, 1, std::memory_order_release);
+  CHECK(p.server->rx_burst(rx) == 0);
+  CHECK(p.server->malformed_slots() == 1);
+  std::array<uint64_t, 4> failed{};
+  REQUIRE(p.server->poll_failed_bulk_paths(failed) == 1);
+  CHECK(p.server->bulk_path_failure_reason(failed[0]) == SmErr::kPeerMisbehaved);
+}
+
+TEST_CASE("samehost: a process no region waits for is turned away at once", "[unit][samehost]") {
+  // Given a server transport expecting nobody, and a local process
+  // connecting to its socket anyway
+  RpcConfig config;
+  config.transport = "samehost";
+  SamehostTransport server(config);
+  RoutingInfo local;
+  server.fill_local_routing_info(local);
+  const auto me = decode_route(local, RouteKind::kLocal);
+  REQUIRE(me);
+  const SocketName name = socket_name(me->pid, me->listener_nonce);
+  std::vector<Fd> socks;
+  for (int i = 0; i < 100; i++) {
+    Fd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, name.bytes.data(), name.len);
+    (void)connect(s.get(), reinterpret_cast<const sockaddr*>(&addr),
+                  static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.len));
+    socks.push_back(std::move(s));
+  }
+  // Expect every connection closed by the server, none kept waiting for a
+  // Hello (they would fill the table and shut real clients out)
+  char byte;
+  for (Fd& s : socks) CHECK(recv(s.get(), &byte, 1, 0) == 0);
+  CHECK(server.pending_accepts_for_testing() == 0);
 }

@@ -2,16 +2,19 @@
 #include "transport/samehost/samehost_setup.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -75,6 +78,13 @@ Result<Mapping> map_peer_region(Fd memfd, const Welcome& welcome, uint32_t slot_
                                 Geometry& out) {
   // Unsealed, the peer could shrink the file under our mapping and every
   // access past the new end would kill us with SIGBUS.
+  // Plain shared memory only: a hugetlbfs file is sealable too, but a
+  // hole the peer punched in it could not be refilled, and touching it
+  // would kill us with SIGBUS.
+  struct statfs fs {};
+  if (fstatfs(memfd.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    return Failure{"the server's region is not plain shared memory (tmpfs)"};
+  }
   const int seals = fcntl(memfd.get(), F_GET_SEALS);
   if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
     return Failure{"the server's region is not a memfd sealed against resizing"};
@@ -176,14 +186,19 @@ Result<ClientChannel> client_handshake(const Route& answer, const Route& offer,
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, name.bytes.data(), name.len);
   const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.len);
-  if (connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), addr_len) != 0) {
-    if (errno != EAGAIN && errno != EINPROGRESS) {
+  // A Unix socket connects at once or not at all; EAGAIN means the
+  // listener's backlog is full for now, and the socket is still
+  // unconnected: try again until the deadline.
+  while (connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), addr_len) != 0) {
+    if (errno != EAGAIN && errno != EINTR) {
       return Failure{
           errno_text("connecting to the server's samehost socket (is it on this host, "
                      "in this network namespace?)")};
     }
-    if (!wait_for(sock.get(), POLLOUT, deadline))
-      return Failure{"the server's socket did not accept"};
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Failure{"the server's samehost socket accepted no connection in time"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   // Only the process that answered the connect request may hand us a
   // region: anyone else listening under that name is refused.

@@ -109,12 +109,12 @@ void SamehostTransport::stop_polling(uint32_t index) {
 
 // Our own finding (a corrupt consumer index, a bad read): reported with
 // the watch thread's findings by poll_failed_bulk_paths.
-void SamehostTransport::fail_channel(uint32_t index, SmErr reason) {
+void SamehostTransport::fail_channel(uint32_t index, SmErr reason, bool keep_polled) {
   Channel& c = *channels_[index];
   if (c.failed) return;
   c.failed = true;
   c.fail_reason = reason;
-  stop_polling(index);
+  if (!keep_polled) stop_polling(index);
   local_failed_.push_back(FailedChannel{key_of(index, c.gen), reason});
 }
 
@@ -273,21 +273,30 @@ void SamehostTransport::tx_burst(std::span<const TxItem> items) {
 size_t SamehostTransport::rx_burst(std::span<RxPacket> out) {
   const size_t limit = std::min(out.size(), kMaxHandedOut - handed_count_);
   const size_t num_polled = polled_.size();
+  if (num_polled == 0 || limit == 0) return 0;
+  // A fair share per channel and pass, so that a peer that keeps its ring
+  // full (ignoring its credits) cannot take every burst.
+  const size_t share = std::max<size_t>(1, limit / num_polled);
   size_t n = 0;
+  bool any_failed = false;
   for (size_t k = 0; k < num_polled && n < limit; k++) {
     const uint32_t index = polled_[(poll_start_ + k) % num_polled];
     Channel& c = *channels_[index];
+    if (c.failed) continue;
     const uint64_t key = key_of(index, c.gen);
-    while (n < limit) {
+    for (size_t taken = 0; taken < share && n < limit; taken++) {
       uint8_t* pkt;
       uint32_t len;
       const RingReader::Poll got = c.rx.poll(pkt, len);
       if (got == RingReader::Poll::kEmpty) break;
       if (got == RingReader::Poll::kMalformed) [[unlikely]] {
+        // An honest writer never leaves one: the peer is broken or
+        // hostile, and polling on would let it keep us here forever.
         malformed_slots_++;
         rx_drops.oversized++;
-        if (c.handed_out == 0) c.rx.release(c.rx.head());
-        continue;
+        fail_channel(index, SmErr::kPeerMisbehaved, /*keep_polled=*/true);
+        any_failed = true;
+        break;
       }
       const size_t entry = (handed_head_ + handed_count_) % kMaxHandedOut;
       if (copy_rx_) {
@@ -301,7 +310,14 @@ size_t SamehostTransport::rx_burst(std::span<RxPacket> out) {
       c.handed_out++;
     }
   }
-  if (num_polled != 0) poll_start_ = (poll_start_ + 1) % num_polled;
+  if (any_failed) [[unlikely]] {  // not while walking polled_
+    std::erase_if(polled_, [this](uint32_t index) {
+      Channel& c = *channels_[index];
+      if (c.failed) c.polled = false;
+      return c.failed;
+    });
+  }
+  if (!polled_.empty()) poll_start_ = (poll_start_ + 1) % polled_.size();
   return n;
 }
 

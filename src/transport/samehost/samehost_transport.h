@@ -67,6 +67,7 @@ class SamehostTransport final : public Transport {
   uint64_t tx_ring_full() const { return tx_ring_full_; }
   size_t live_channels() const { return live_channels_; }
   const samehost::Geometry& geometry() const { return geometry_; }
+  size_t pending_accepts_for_testing() const { return watch_->pending_accepts(); }
 
   // process_vm_readv bytes per poll_bulk call: a large read is split over
   // event-loop iterations so that it does not hold up small messages long.
@@ -112,7 +113,8 @@ class SamehostTransport final : public Transport {
   uint32_t new_channel();
   void start_polling(uint32_t index);
   void stop_polling(uint32_t index);
-  void fail_channel(uint32_t index, SmErr reason);
+  // keep_polled: the caller is walking polled_ and takes it out after.
+  void fail_channel(uint32_t index, SmErr reason, bool keep_polled = false);
   void free_channel(uint32_t index);
   void finish_read(size_t i, bool ok, std::span<BulkCompletion> out, size_t& n);
 

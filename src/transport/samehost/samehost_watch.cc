@@ -96,7 +96,9 @@ void Watch::expect_client(Expected expected, Fd memfd) {
 
 void Watch::watch_server(uint64_t key, Fd socket, pid_t pid) {
   const std::lock_guard lock(mu_);
-  add_watched(socket.release(), key, false);
+  // Unwatched, the server's death would be noticed only at the heartbeat
+  // timeout: give the channel up instead.
+  if (!add_watched(socket.release(), key, false)) return fail(key, SmErr::kPeerExited);
   const int pidfd = open_pidfd(pid);
   if (pidfd >= 0) add_watched(pidfd, key, true);  // the socket alone still notices its death
 }
@@ -154,19 +156,38 @@ void Watch::run() {
 }
 
 void Watch::accept_all() {
-  for (;;) {
+  // Bounded per wake-up, so that a flood of connects cannot keep the
+  // thread from Hellos and death notices.
+  for (size_t i = 0; i < kMaxPendingAccepts; i++) {
     const int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      // Out of descriptors, the listener stays readable: out of the epoll
+      // set until the next tick, or the thread would spin on it.
+      if (errno == EMFILE || errno == ENFILE) {
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+        listener_paused_ = true;
+      }
+      return;
+    }
+    const pid_t pid = socket_peer_pid(fd);
     const std::lock_guard lock(mu_);
-    // Connecting costs a local process nothing; waiting for its Hello
-    // costs us a descriptor. Bounded, and each waits at most kHelloTimeout.
-    if (accepted_.size() >= kMaxPendingAccepts) {
+    // Only a process a region waits for may wait for its Hello here, and
+    // no more of its connections than regions wait for it: any other local
+    // process (the socket's name is no secret) is turned away at once, and
+    // cannot fill the table and shut the real clients out.
+    size_t regions = 0, connections = 0;
+    for (const auto& [key, w] : waiting_) regions += w.expected.pid == pid ? 1 : 0;
+    for (const auto& [other, a] : accepted_) connections += a.pid == pid ? 1 : 0;
+    if (pid == 0 || connections >= regions || accepted_.size() >= kMaxPendingAccepts) {
       close(fd);
       continue;
     }
     uint32_t serial;
-    register_fd(fd, EPOLLIN | EPOLLRDHUP, serial);
-    accepted_[fd] = Accepted{std::chrono::steady_clock::now(), serial};
+    if (register_fd(fd, EPOLLIN | EPOLLRDHUP, serial) == 0) {
+      close(fd);
+      continue;
+    }
+    accepted_[fd] = Accepted{std::chrono::steady_clock::now(), serial, pid};
   }
 }
 
@@ -216,7 +237,7 @@ void Watch::on_hello(int fd) {
   waiting_.erase(it);  // closes our copy of the region's descriptor
   accepted_.erase(fd);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  add_watched(fd, key, false);
+  if (!add_watched(fd, key, false)) return fail(key, SmErr::kPeerExited);
   const int pidfd = open_pidfd(pid);
   if (pidfd >= 0) add_watched(pidfd, key, true);
 }
@@ -240,6 +261,12 @@ void Watch::on_watched(int fd, uint32_t serial, uint32_t events) {
 }
 
 void Watch::expire(std::chrono::steady_clock::time_point now) {
+  if (listener_paused_) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenerTag;
+    listener_paused_ = epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) != 0;
+  }
   const std::lock_guard lock(mu_);
   std::vector<int> stale;
   for (const auto& [fd, a] : accepted_) {
@@ -261,14 +288,20 @@ uint64_t Watch::register_fd(int fd, uint32_t events, uint32_t& serial) {
   epoll_event ev{};
   ev.events = events;
   ev.data.u64 = uint64_t{serial} << 32 | static_cast<uint32_t>(fd);
-  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-  return ev.data.u64;
+  // 0 is never a valid tag: fds are small, and the listener's and the
+  // eventfd's tags are the largest values.
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return 0;
+  return ev.data.u64 == 0 ? 1 : ev.data.u64;
 }
 
-void Watch::add_watched(int fd, uint64_t key, bool is_pidfd) {
+bool Watch::add_watched(int fd, uint64_t key, bool is_pidfd) {
   uint32_t serial;
-  register_fd(fd, is_pidfd ? EPOLLIN : EPOLLIN | EPOLLRDHUP, serial);
+  if (register_fd(fd, is_pidfd ? EPOLLIN : EPOLLIN | EPOLLRDHUP, serial) == 0) {
+    close(fd);
+    return false;
+  }
   watched_[fd] = Watched{key, is_pidfd, serial};
+  return true;
 }
 
 void Watch::close_watched_of(uint64_t key) {

@@ -1,8 +1,9 @@
 // The samehost transport's control thread: listens on the transport's Unix
 // socket, answers clients' Hellos with their regions, and watches every
 // peer for death (socket hang-up, pidfd) so that its sessions end within
-// milliseconds, not at the heartbeat timeout. It sleeps in epoll: it never
-// polls, and never touches the datapath.
+// milliseconds, not at the heartbeat timeout. It sleeps in epoll, waking
+// every 100 ms to expire stale connections and regions: it never
+// busy-polls, and never touches the datapath.
 #pragma once
 
 #include <atomic>
@@ -86,15 +87,17 @@ class Watch {
   struct Accepted {  // a connection that has not said Hello yet
     std::chrono::steady_clock::time_point since;
     uint32_t serial;
+    pid_t pid;  // SO_PEERCRED at accept
   };
 
   void run();
   void accept_all();
   void on_hello(int fd);
   void on_watched(int fd, uint32_t serial, uint32_t events);
-  uint64_t register_fd(int fd, uint32_t events, uint32_t& serial);
+  uint64_t register_fd(int fd, uint32_t events, uint32_t& serial);  // 0: epoll refused it
   void expire(std::chrono::steady_clock::time_point now);
-  void add_watched(int fd, uint64_t key, bool is_pidfd);
+  // False (fd closed) when epoll refuses it.
+  bool add_watched(int fd, uint64_t key, bool is_pidfd);
   void close_accepted(int fd);
   void fail(uint64_t key, SmErr reason);  // REQUIRES: mu_ held
   void close_watched_of(uint64_t key);    // REQUIRES: mu_ held
@@ -109,6 +112,7 @@ class Watch {
   std::vector<FailedChannel> failed_;
   std::atomic<size_t> failed_count_{0};
   uint32_t next_serial_ = 0;
+  bool listener_paused_ = false;  // out of descriptors: retried each tick (watch thread only)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
