@@ -85,8 +85,28 @@ inline void store_shared(uint8_t* p, uint64_t v, std::memory_order order) {
   std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, order);
 }
 
+// What both ends of one ring know: where its slots and its reader's
+// consumer index are, and its geometry (private copies, read once).
+class RingView {
+ protected:
+  RingView() = default;
+  RingView(uint8_t* region, const Geometry& g, int ring)
+      : slots_(region + g.ring_offset(ring)),
+        consumer_index_(region + kConsumerIndexOffset[ring]),
+        entries_(g.entries),
+        stride_(static_cast<uint32_t>(g.slot_stride())),
+        slot_bytes_(g.slot_bytes) {}
+  uint8_t* slot(uint64_t position) const { return slots_ + (position & (entries_ - 1)) * stride_; }
+
+  uint8_t* slots_ = nullptr;
+  uint8_t* consumer_index_ = nullptr;
+  uint32_t entries_ = 0;
+  uint32_t stride_ = 0;
+  uint32_t slot_bytes_ = 0;
+};
+
 // The producer end of one ring.
-class RingWriter {
+class RingWriter : public RingView {
  public:
   enum class Push : uint8_t {
     kOk,
@@ -94,12 +114,7 @@ class RingWriter {
     kCorrupt,  // the reader's consumer index is impossible: the peer is broken
   };
   RingWriter() = default;
-  RingWriter(uint8_t* region, const Geometry& g, int ring)
-      : slots_(region + g.ring_offset(ring)),
-        consumer_index_(region + kConsumerIndexOffset[ring]),
-        entries_(g.entries),
-        stride_(static_cast<uint32_t>(g.slot_stride())),
-        slot_bytes_(g.slot_bytes) {}
+  RingWriter(uint8_t* region, const Geometry& g, int ring) : RingView(region, g, ring) {}
 
   // Copies one packet (a header and data_len bytes of data) into the next
   // slot. REQUIRES: kPktHeaderBytes + data_len <= slot_bytes.
@@ -111,7 +126,7 @@ class RingWriter {
       known_head_ = head;
       if (tail_ - head >= entries_) return Push::kFull;
     }
-    uint8_t* slot = slots_ + (tail_ & (entries_ - 1)) * stride_;
+    uint8_t* slot = this->slot(tail_);
     std::memcpy(slot + kSlotPktOffset, hdr, kPktHeaderBytes);
     if (data_len != 0) std::memcpy(slot + kSlotPktOffset + kPktHeaderBytes, data, data_len);
     const uint32_t len = static_cast<uint32_t>(kPktHeaderBytes + data_len);
@@ -125,18 +140,13 @@ class RingWriter {
   uint64_t tail() const { return tail_; }
 
  private:
-  uint8_t* slots_ = nullptr;
-  uint8_t* consumer_index_ = nullptr;
-  uint32_t entries_ = 0;
-  uint32_t stride_ = 0;
-  uint32_t slot_bytes_ = 0;
   uint64_t tail_ = 0;        // ring positions written
   uint64_t known_head_ = 0;  // the reader's consumer index when last read
 };
 
 // The consumer end of one ring. Packets are read in place: the slot stays
 // ours (the writer will not reuse it) until release() passes it.
-class RingReader {
+class RingReader : public RingView {
  public:
   enum class Poll : uint8_t {
     kEmpty,
@@ -144,15 +154,10 @@ class RingReader {
     kMalformed,  // a slot with an impossible length: consumed, not handed out
   };
   RingReader() = default;
-  RingReader(uint8_t* region, const Geometry& g, int ring)
-      : slots_(region + g.ring_offset(ring)),
-        consumer_index_(region + kConsumerIndexOffset[ring]),
-        entries_(g.entries),
-        stride_(static_cast<uint32_t>(g.slot_stride())),
-        slot_bytes_(g.slot_bytes) {}
+  RingReader(uint8_t* region, const Geometry& g, int ring) : RingView(region, g, ring) {}
 
   Poll poll(uint8_t*& pkt, uint32_t& len) {
-    uint8_t* slot = slots_ + (head_ & (entries_ - 1)) * stride_;
+    uint8_t* slot = this->slot(head_);
     if (load_shared(slot + kSlotSeqOffset, std::memory_order_acquire) != head_ + 1) {
       return Poll::kEmpty;
     }
@@ -174,11 +179,6 @@ class RingReader {
   uint64_t head() const { return head_; }
 
  private:
-  uint8_t* slots_ = nullptr;
-  uint8_t* consumer_index_ = nullptr;
-  uint32_t entries_ = 0;
-  uint32_t stride_ = 0;
-  uint32_t slot_bytes_ = 0;
   uint64_t head_ = 0;  // ring positions polled
 };
 

@@ -126,6 +126,18 @@ void SamehostTransport::free_channel(uint32_t index) {
   free_channels_.push_back(index);
 }
 
+// The channel is ready: polled from now on, and named by `out` (our own
+// resolved route to it).
+void SamehostTransport::activate(uint32_t index, uint32_t peer_pid, RoutingInfo& out) {
+  start_polling(index);
+  Route resolved;
+  resolved.kind = RouteKind::kResolved;
+  resolved.pid = peer_pid;
+  resolved.channel_id = index;
+  resolved.channel_gen = channels_[index]->gen;
+  encode_route(resolved, out);
+}
+
 void SamehostTransport::fill_local_routing_info(RoutingInfo& out) const {
   Route r;
   r.kind = RouteKind::kLocal;
@@ -175,13 +187,7 @@ bool SamehostTransport::resolve_remote_routing_info(RoutingInfo& info) {
   expected.welcome.server_reads_client = c.we_read_peer;
   expected.link = c.link;
   watch_->expect_client(std::move(expected), std::move(region->memfd));
-  start_polling(index);
-  Route resolved;
-  resolved.kind = RouteKind::kResolved;
-  resolved.pid = offer->pid;
-  resolved.channel_id = index;
-  resolved.channel_gen = c.gen;
-  encode_route(resolved, info);
+  activate(index, offer->pid, info);
   return true;
 }
 
@@ -218,13 +224,7 @@ bool SamehostTransport::resolve_connect_answer(RoutingInfo& answer, const Routin
   c.rx = RingReader(c.mapping.base(), ch->geometry, kServerToClient);
   c.link->peer_reads_us.store(ch->server_reads_client, std::memory_order_relaxed);
   watch_->watch_server(key_of(index, c.gen), std::move(ch->socket), c.peer_pid);
-  start_polling(index);
-  Route resolved;
-  resolved.kind = RouteKind::kResolved;
-  resolved.pid = server->pid;
-  resolved.channel_id = index;
-  resolved.channel_gen = c.gen;
-  encode_route(resolved, answer);
+  activate(index, server->pid, answer);
   return true;
 }
 

@@ -111,6 +111,7 @@ class SamehostTransport final : public Transport {
   Channel* channel_of(const RoutingInfo& resolved) const;
   Channel* channel_by_key(uint64_t key) const;
   uint32_t new_channel();
+  void activate(uint32_t index, uint32_t peer_pid, RoutingInfo& out);
   void start_polling(uint32_t index);
   void stop_polling(uint32_t index);
   // keep_polled: the caller is walking polled_ and takes it out after.
