@@ -41,11 +41,16 @@ RATE_VS_RAW = 0.7      # librpc best-window rps >= 0.7 x raw udp_echo at that wi
 RATE_VS_GRPC = 20.0    # ... and >= 20 x the best gRPC configuration
 GOODPUT_TARGET = 0.6   # librpc 8 MiB goodput >= 0.6 x raw udp_stream
 GOODPUT_TARGET_SIZE = 8 << 20
-INSTR_TARGET = 1500    # instructions per 32-byte RPC < 1500
+# The engine's cost over the medium (issue 30).
+INSTR_TARGET = 1000    # instructions per 32-byte RPC < 1000 (function-pointer continuations)
+API_COST_SPREAD = 0.10 # closure and coroutine continuations within 10% of it
+UDP_GSO_DEFAULT = 0.6  # default-config 8 MiB goodput >= 0.6 x udp_stream --offload on
+IPERF3_GOODPUT = 1.0   # ... and >= 1.0 x iperf3 (kernel TCP, its default config)
+FABRIC_TCP_GOODPUT = 0.9  # fabric tcp;ofi_rxm 8 MiB >= 0.9 x UCX tcp
+APP_MEMORY_GOODPUT = 1.0  # 1 MiB reads served from registered application memory >= 1.0 x copying
 # Against the peers (issue 10): librpc / peer, same transport, 8 MiB goodput
 # at least, 32 B p50 round trip at most.
-PEER_GOODPUT = 0.8     # fabric shm vs UCX sm, fabric tcp;ofi_rxm vs UCX tcp,
-                       # udp vs raw UDP stream with GSO/GRO
+PEER_GOODPUT = 0.8     # fabric shm vs UCX sm
 SOCKPERF_LATENCY = 1.1 # librpc udp p50 <= 1.1 x sockperf ping-pong p50
 FI_SHM_LATENCY = 1.5   # librpc fabric shm p50 <= 1.5 x fi_pingpong -p shm round trip
 # Same host (issue 29): librpc's samehost transport against UCX sm.
@@ -149,6 +154,10 @@ class Series:
         self.transport = transport_label(self.system, transport, settings, self.results, self.kind)
         if settings.get("server_reads_all"):
             self.transport += f", {READS_ALL}"
+        # scripts/cpu_cost.sh runs once per continuation style (API=...):
+        # each is a series of its own, not a repetition of the others.
+        if self.workload == "cpu" and settings.get("api") not in (None, "fnptr"):
+            self.transport += f", {settings['api']}"
         self.members = [self]  # the repetitions merged into this one (merge_repetitions)
 
     @property
@@ -636,13 +645,22 @@ def goodput_at(series, system, transport, size=None):
 
 
 def cpu_rows(steps, series):
-    s = first(series, "cpu", "librpc")
-    if s is None:
-        return [["librpc", "udp", "CPU cost", "32 B RPC, client + server",
-                 status_text(step_by_id(steps, "d1")), "—"]]
-    n = s.results[0].get("instructions_per_rpc")
-    return [["librpc", "udp", "CPU cost", f"{fmt_size(s.results[0].get('size', 32))} RPC, client + server",
-             f"{n} instructions/RPC", f"target < {INSTR_TARGET}"]]
+    rows = []
+    for api, transport, step_id in (("function pointer", "udp", "d1"), ("closure", "udp, closure", "d2"),
+                                    ("coroutine", "udp, coro", "d3")):
+        s = first(series, "cpu", "librpc", transport)
+        if s is None:
+            rows.append(["librpc", "udp", "CPU cost", f"32 B RPC, {api} continuations",
+                         status_text(step_by_id(steps, step_id)), "—"])
+            continue
+        p = s.results[0]
+        rows.append(["librpc", "udp", "CPU cost",
+                     f"{fmt_size(p.get('size', 32))} RPC, client + server, {api} continuations",
+                     f"{p.get('instructions_per_rpc')} instructions/RPC in librpc.so, "
+                     f"{p.get('with_program', '?')} with the program",
+                     f"target < {INSTR_TARGET}" if step_id == "d1" else
+                     f"target ≤ {1 + API_COST_SPREAD:.2f}× the function pointer's"])
+    return rows
 
 
 # ---------------------------------------------------------------------------
@@ -670,38 +688,47 @@ def targets(steps, series):
                              gp("librpc", UDP_GSO) or gp("librpc", "udp"), gp("raw_udp", UDP_PLAIN),
                              "gbps", fmt_gbps, GOODPUT_TARGET, at_most=False, steps=steps,
                              step_ids=("c2", "c1")))
-    # Like for like: librpc with as many packets in flight as the stream
-    # (`--credits 256`); the default's ratio goes next to it.
-    udp = ratio_target(f"librpc 8 MiB goodput over udp ≥ {PEER_GOODPUT} × raw UDP stream with "
-                       f"GSO/GRO (`udp_stream --offload on`, window {STREAM_WINDOW}; librpc "
-                       f"`--credits {STREAM_WINDOW}`)",
-                       gp("librpc", UDP_GSO_STREAM_WINDOW), gp("raw_udp", UDP_GSO), "gbps",
-                       fmt_gbps, PEER_GOODPUT, at_most=False, steps=steps,
-                       step_ids=("c10", "c3"))
-    default = gp("librpc", UDP_GSO) or {}
+    # Issue 30: the default config (a user does not tune credits first)
+    # against the raw stream with GSO/GRO and against kernel TCP; the
+    # like-for-like run at the stream's window, and 64 KiB and 1 MiB, go
+    # next to it.
+    default = gp("librpc", UDP_GSO) or gp("librpc", "udp")
+    udp = ratio_target(f"librpc 8 MiB goodput over udp, default config, ≥ {UDP_GSO_DEFAULT} × raw "
+                       f"UDP stream with GSO/GRO (`udp_stream --offload on`, window {STREAM_WINDOW})",
+                       default, gp("raw_udp", UDP_GSO), "gbps", fmt_gbps, UDP_GSO_DEFAULT,
+                       at_most=False, steps=steps, step_ids=("c2", "c3"))
     stream = gp("raw_udp", UDP_GSO) or {}
-    if default.get("gbps") and stream.get("gbps"):
-        udp[3] += (f"; at the default {DEFAULT_CREDITS} credits {fmt_gbps(default['gbps'])} "
-                   f"({fmt_ratio(ratio(default['gbps'], stream['gbps']))})")
-    # Kernel TCP next to it: what the same loopback carries as a byte stream.
-    lib = gp("librpc", UDP_GSO_STREAM_WINDOW) or {}
-    tcp = [(NAMES[t], p["gbps"]) for t in ("iperf3", "qperf")
-           if (p := gp(t, "tcp")) is not None and p.get("gbps")]
-    if tcp:
-        udp[3] += "; kernel TCP on the same loopback: " + ", ".join(
-            f"{name} {fmt_gbps(g)} (librpc {fmt_ratio(ratio(lib.get('gbps'), g))} of it)"
-            for name, g in tcp)
+    sizes = [(size, goodput_at(series, "librpc", UDP_GSO, size)) for size in (64 << 10, 1 << 20)]
+    sizes = [(size, p) for size, p in sizes if p and p.get("gbps")]
+    if sizes and stream.get("gbps"):
+        udp[3] += "; " + ", ".join(
+            f"{fmt_size(size)} {fmt_gbps(p['gbps'])} ({fmt_ratio(ratio(p['gbps'], stream['gbps']))})"
+            for size, p in sizes)
+    like = gp("librpc", UDP_GSO_STREAM_WINDOW) or {}
+    if like.get("gbps") and stream.get("gbps"):
+        udp[3] += (f"; at the stream's window (`--credits {STREAM_WINDOW}`) "
+                   f"{fmt_gbps(like['gbps'])} ({fmt_ratio(ratio(like['gbps'], stream['gbps']))})")
     rows.append(udp)
+    tcp = ratio_target(f"librpc 8 MiB goodput over udp, default config, ≥ {IPERF3_GOODPUT} × "
+                       "iperf3 (kernel TCP, its default config)",
+                       default, gp("iperf3", "tcp"), "gbps", fmt_gbps, IPERF3_GOODPUT,
+                       at_most=False, steps=steps, step_ids=("c2", "c8"))
+    qperf = gp("qperf", "tcp") or {}
+    if default and default.get("gbps") and qperf.get("gbps"):
+        tcp[3] += (f"; qperf tcp_bw {fmt_gbps(qperf['gbps'])} (librpc "
+                   f"{fmt_ratio(ratio(default['gbps'], qperf['gbps']))} of it)")
+    rows.append(tcp)
     rows.append(ratio_target(f"librpc 8 MiB goodput over fabric shm ≥ {PEER_GOODPUT} × UCX sm "
                              "(ucp_am_bw)",
                              gp("librpc", "fabric shm"), gp("ucx", "shm"), "gbps", fmt_gbps,
                              PEER_GOODPUT, at_most=False, steps=steps, step_ids=("c5", "c6")))
-    rows.append(ratio_target(f"librpc 8 MiB goodput over fabric tcp;ofi_rxm ≥ {PEER_GOODPUT} × "
+    rows.append(ratio_target(f"librpc 8 MiB goodput over fabric tcp;ofi_rxm ≥ {FABRIC_TCP_GOODPUT} × "
                              "UCX tcp (ucp_am_bw)",
                              gp("librpc", "fabric tcp;ofi_rxm"), gp("ucx", "tcp"), "gbps", fmt_gbps,
-                             PEER_GOODPUT, at_most=False, steps=steps, step_ids=("c7", "c6")))
+                             FABRIC_TCP_GOODPUT, at_most=False, steps=steps, step_ids=("c7", "c6")))
     rows.append(soak_target(steps, series))
     rows.append(cpu_target(steps, series))
+    rows.append(api_cost_target(steps, series))
     return rows
 
 
@@ -799,13 +826,32 @@ def rate_targets(steps, series):
 
 
 def cpu_target(steps, series):
-    what = f"instructions per 32-byte RPC < {INSTR_TARGET}"
-    s = first(series, "cpu", "librpc")
+    what = f"instructions per 32-byte RPC < {INSTR_TARGET} (function-pointer continuations)"
+    s = first(series, "cpu", "librpc", "udp")
     n = s.results[0].get("instructions_per_rpc") if s else None
     if n is None:
         return [what, "—", "not measured", missing_why(steps, [("d1", None)])]
     return [what, f"{n} instructions", verdict(n < INSTR_TARGET),
-            f"client + server, callgrind; target < {INSTR_TARGET}"]
+            f"client + server, librpc.so only, callgrind; target < {INSTR_TARGET}"]
+
+
+def api_cost_target(steps, series):
+    """Closure and coroutine continuations against the function pointer's,
+    counting librpc and the program together (their inline code is the
+    program's)."""
+    what = (f"closure and coroutine continuations within {API_COST_SPREAD:.0%} of the "
+            "function pointer's instructions per RPC")
+    base = first(series, "cpu", "librpc", "udp")
+    others = [(api, first(series, "cpu", "librpc", f"udp, {api}")) for api in ("closure", "coro")]
+    b = base.results[0].get("with_program") if base else None
+    got = [(api, s.results[0].get("with_program")) for api, s in others if s]
+    if not b or len(got) < 2 or any(v is None for _, v in got):
+        return [what, "—", "not measured", missing_why(steps, [("d1", b), ("d2", None), ("d3", None)])]
+    worst = max(v / b for _, v in got)
+    return [what, f"{worst:.2f}×", verdict(worst <= 1 + API_COST_SPREAD),
+            f"librpc and program together: function pointer {b}, " +
+            ", ".join(f"{api} {v} ({v / b:.2f}×)" for api, v in got) +
+            f"; target ≤ {1 + API_COST_SPREAD:.2f}×"]
 
 
 def verdict(ok):

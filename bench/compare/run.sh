@@ -421,9 +421,16 @@ step e1 soak soak 120 "$out/e1_librpc_fabric_shm_soak.json" "spurious retransmis
 
 # ---------------------------------------------------------------------------
 # d. CPU cost.
-section d &&
+# One run per continuation style: function pointer (the target), closure
+# and coroutine (within 10% of it, counting the program's inline code too).
+if section d; then
 step d1 cpu cpu 600 "$out/d1_cpu_cost.json" "CPU cost: instructions per 32-byte RPC (callgrind)" -- \
   env JSON="$out/d1_cpu_cost.json" N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32
+step d2 cpu cpu 600 "$out/d2_cpu_cost_closure.json" "CPU cost: instructions per 32-byte RPC, closure continuations (callgrind)" -- \
+  env JSON="$out/d2_cpu_cost_closure.json" API=closure N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32
+step d3 cpu cpu 600 "$out/d3_cpu_cost_coro.json" "CPU cost: instructions per 32-byte RPC, coroutine continuations (callgrind)" -- \
+  env JSON="$out/d3_cpu_cost_coro.json" API=coro N1="$cpu_n1" N2="$cpu_n2" bash scripts/cpu_cost.sh "$build" 32
+fi  # section d
 
 # ---------------------------------------------------------------------------
 # f. Same host: librpc's samehost transport next to UCX's shared memory

@@ -69,6 +69,7 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
       if (!slot.active) {
         install(slot.cont);
         start_request(slot, req_type, req, resp, tag, id, deadline_ns);
+        flush_if_outside_loop();
         return Errc::kOk;
       }
     }

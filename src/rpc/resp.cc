@@ -18,6 +18,7 @@ void RpcImpl::enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept {
   if (destroying_) [[unlikely]]
     return;  // ~Rpc: its clients' sessions are being reset
   apply_response(handle, resp, RespStatus::kOk);
+  flush_if_outside_loop();
 }
 
 void RpcImpl::enqueue_error_response(ReqHandle& handle, MsgBuffer& pre_resp) noexcept {
@@ -26,6 +27,7 @@ void RpcImpl::enqueue_error_response(ReqHandle& handle, MsgBuffer& pre_resp) noe
   if (destroying_) [[unlikely]]
     return;
   apply_response(handle, pre_resp, RespStatus::kAppError);
+  flush_if_outside_loop();
 }
 
 // Called on a background thread (or any thread): hand the response to the

@@ -199,6 +199,14 @@ class RpcImpl final : public RpcEndpoint {
   void tx_credit_return(Session& session, ReqType req_type, size_t pkt_num, uint64_t req_num);
   void tx_restart_notice(Session& session, ReqType req_type, uint64_t req_num);
   void tx_flush();
+  // A request or response enqueued from outside the event loop goes out
+  // now, not at the end of the next loop iteration: that iteration polls
+  // the transport first (on udp, a system call that costs about as much
+  // as the send) and the packet would wait for it. Inside the loop
+  // (handlers, continuations) the packets join the iteration's batch.
+  void flush_if_outside_loop() {
+    if (!in_event_loop_) tx_flush();
+  }
   bool inject_drop();
   // req.cc (client)
   template <typename Install>
