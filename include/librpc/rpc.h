@@ -103,10 +103,11 @@ class RPC_EXPORT Rpc {
   // stay where they are (not moved, not freed) until then. The response is
   // written into resp (resized to the response size). Returns kOk when
   // queued (the continuation will run exactly once), or an error and does
-  // nothing (the continuation will not run, and is destroyed). Called
-  // from outside the event loop, it hands the request's first packets to
-  // the transport before it returns; from inside (a continuation or
-  // handler), they leave in one batch at the end of the loop iteration.
+  // nothing (the continuation will not run, and is destroyed). The first
+  // request (or response) enqueued from outside the event loop since the
+  // loop last ran is handed to the transport before the call returns;
+  // later ones, and those from inside the loop (continuations, handlers),
+  // leave in one batch at the end of the loop's iteration.
   // Takes a continuation as a function pointer and tag (eRPC's form)...
   Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                        Continuation cont, void* tag) noexcept;
@@ -153,8 +154,7 @@ class RPC_EXPORT Rpc {
   // given to background handlers. Exactly once per request: a second call
   // for the same request (before the client's next request on that slot
   // reuses the handle) aborts with a message instead of corrupting state.
-  // Like enqueue_request, it sends at once when called from outside the
-  // event loop, else with the loop iteration's batch.
+  // Sends at once or in the loop's batch by the rule of enqueue_request.
   void enqueue_response(ReqHandle& handle, MsgBuffer& resp) noexcept;
   // Answers the request with an application error instead of a response:
   // the client's continuation sees Errc::kAppError with

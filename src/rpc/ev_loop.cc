@@ -14,6 +14,7 @@ void RpcImpl::run_event_loop_once() noexcept {
                   config_.rpc_id);
   RPC_CHECK_OWNER("run_event_loop");
   in_event_loop_ = true;
+  flushed_outside_loop_ = false;
   const uint64_t prev_loop_ns = now_ns_;
   now_ns_ = read_clock();
   if (sm_mailbox_.pending()) poll_sm_queue();

@@ -199,13 +199,17 @@ class RpcImpl final : public RpcEndpoint {
   void tx_credit_return(Session& session, ReqType req_type, size_t pkt_num, uint64_t req_num);
   void tx_restart_notice(Session& session, ReqType req_type, uint64_t req_num);
   void tx_flush();
-  // A request or response enqueued from outside the event loop goes out
-  // now, not at the end of the next loop iteration: that iteration polls
-  // the transport first (on udp, a system call that costs about as much
-  // as the send) and the packet would wait for it. Inside the loop
-  // (handlers, continuations) the packets join the iteration's batch.
+  // The first request or response enqueued from outside the event loop
+  // since its last iteration goes out now, not at the end of the next
+  // iteration: that iteration polls the transport first (on udp, a system
+  // call that costs about as much as the send) and the packet would wait
+  // for it. Later ones until the loop runs join a batch, so that a burst
+  // enqueued from outside still leaves in one transport call. Inside the
+  // loop (handlers, continuations) packets join the iteration's batch.
   void flush_if_outside_loop() {
-    if (!in_event_loop_) tx_flush();
+    if (in_event_loop_ || flushed_outside_loop_) return;
+    flushed_outside_loop_ = true;
+    tx_flush();
   }
   bool inject_drop();
   // req.cc (client)
@@ -370,8 +374,9 @@ class RpcImpl final : public RpcEndpoint {
   bool shut_down_ = false;
   uint64_t last_loss_scan_ns_ = 0;
   std::thread::id owner_thread_;
-  bool in_event_loop_ = false;  // the loop is not re-entrant
-  bool destroying_ = false;     // ~RpcImpl runs: no new requests or sessions
+  bool in_event_loop_ = false;         // the loop is not re-entrant
+  bool flushed_outside_loop_ = false;  // flush_if_outside_loop since the loop last ran
+  bool destroying_ = false;            // ~RpcImpl runs: no new requests or sessions
 
   // Receive budget (server): bytes held for requests being received or handled.
   size_t rx_budget_per_session_bytes_ = 0;
