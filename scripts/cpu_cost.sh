@@ -11,6 +11,11 @@
 # or coro: the client's continuation style). Also prints the instructions of
 # librpc.so and the program together: closures and coroutines are inline
 # code compiled into the program, so only that total compares the APIs.
+# The program pushes the engine's wall-clock timers (loss scan, Timely's
+# thresholds) out of the run: callgrind's 50-100x slowdown made them fire
+# every few RPCs instead of every few hundred, and the count swung by 400
+# from run to run (bench/cpu_cost/cpu_cost.cc says more). It is now exact
+# to a few instructions between runs.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}
