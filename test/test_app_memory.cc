@@ -22,7 +22,8 @@ using rpc::detail::FakeNetwork;
 
 namespace {
 
-constexpr ReqType kServePool = 40;  // answers with a view of the server's pool
+constexpr ReqType kServePool = 40;    // answers with a view of the server's pool
+constexpr ReqType kServePoolBg = 41;  // the same from a background thread
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr uint64_t kReqSeed = 11;
 constexpr uint64_t kRespSeed = 22;
@@ -50,6 +51,19 @@ void serve_from_pool(ReqHandle& h) {
   h.rpc().enqueue_response(h, resp);
 }
 
+// On a background thread: no Catch2 assertions here.
+void serve_from_pool_bg(ReqHandle& h) {
+  g_pool->runs++;
+  g_pool->req_ok = check_pattern(h.request(), h.request().size(), kReqSeed);
+  MsgBuffer resp = h.rpc().app_msg_buffer(g_pool->mem, g_pool->bytes.data(), g_pool->resp_size);
+  if (!resp.valid()) {
+    h.pre_resp_buffer().resize(0);
+    h.rpc().enqueue_response(h, h.pre_resp_buffer());
+    return;
+  }
+  h.rpc().enqueue_response(h, resp);
+}
+
 // A client and a server Rpc in this thread, on one Nexus, over `transport`.
 struct AppPair {
   Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
@@ -64,6 +78,7 @@ struct AppPair {
     if (transport == "fake") FakeNetwork::instance().reset();
     g_pool = &pool;
     REQUIRE(nexus.register_handler(kServePool, serve_from_pool));
+    REQUIRE(nexus.register_handler(kServePoolBg, serve_from_pool_bg, HandlerMode::kBackground));
     REQUIRE(nexus.register_handler(kEcho, echo_into_response));
     RpcConfig sc;
     sc.rpc_id = 1;
@@ -255,6 +270,21 @@ TEST_CASE("the application learns when the engine lets go of its views", "[app_m
   // A deregistered handle is refused, not deregistered twice
   CHECK_FALSE(p.server->deregister_memory(p.pool.mem));
   CHECK(p.server->app_memory_in_flight(p.pool.mem) == 0);
+  c.release(*p.client);
+}
+
+TEST_CASE("a background handler answers with a view of application memory", "[app_memory]") {
+  AppPair p("fake");
+  p.set_response(kMiB);
+  ClientPool c(*p.client, 1000, kMiB);
+  REQUIRE(c.enqueue(*p.client, p.sn, kServePoolBg) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return c.runs > 0; }));
+  CHECK(c.errc == Errc::kOk);
+  CHECK(p.pool.req_ok);
+  CHECK(check_pattern(c.resp, kMiB, kRespSeed));
+  // Only the request was copied: a background handler gets its own copy
+  CHECK(p.server->stats().payload_bytes_copied == 1000);
+  CHECK(p.server->app_memory_in_flight(p.pool.mem) == 1);
   c.release(*p.client);
 }
 
