@@ -25,6 +25,14 @@
 // server's memory, gets no goodput for bytes nobody reads. The server needs
 // no option for it: every benchmark server serves both request types.
 //
+// With --pool-reads the server answers each request with a value of a
+// pool it keeps (bench::kPoolReadType: a KV server's GET, --resp-size bytes,
+// copied from the pool into a MsgBuffer); with --app-memory the pool is
+// registered with the server's Rpc and each response is a view of it
+// (bench::kPoolViewType: no copy). Goodput then counts response bytes:
+//
+//   large_rpc_tput --sizes 64 --resp-size 1M --pool-reads [--app-memory]
+//
 // Why the default window is 2: with one request outstanding the link idles
 // for a round trip after every message, between the last request packet
 // and the next request's first; a second request fills that gap. More
@@ -76,6 +84,8 @@ struct Options {
   std::size_t window = kDefaultWindow;
   std::size_t resp_size = kDefaultRespSize;
   bool server_reads_all = false;
+  bool pool_reads = false;
+  bool app_memory = false;
   double duration_s = kDefaultDurationS;
   bench::OutputPaths out;
 };
@@ -98,6 +108,12 @@ void add_options(CLI::App& app, Options& opt) {
   client.add_flag("--server-reads-all", opt.server_reads_all,
                   "the server's handler reads every request byte (a checksum of the request, "
                   "returned in the response and checked); default: it reads the first 4 bytes");
+  client.add_flag("--pool-reads", opt.pool_reads,
+                  "the server answers with --resp-size bytes of a value pool it keeps, copied "
+                  "into a MsgBuffer; goodput counts response bytes");
+  client.add_flag("--app-memory", opt.app_memory,
+                  "like --pool-reads, but the pool is registered application memory and each "
+                  "response a view of it (no copy)");
   client
       .add_option("--duration", opt.duration_s,
                   "measured time per size, after a warmup of a tenth of it (at most 0.5 s)")
@@ -109,10 +125,30 @@ void add_options(CLI::App& app, Options& opt) {
 void check_options(const Options& opt, const CLI::App& app) {
   bench::check_endpoint_options(
       opt.ep, bench::any_given(*app.get_option_group("Client")),
-      "--sizes/--window/--resp-size/--server-reads-all/--duration/--json/--csv");
+      "--sizes/--window/--resp-size/--server-reads-all/--pool-reads/--app-memory/--duration/"
+      "--json/--csv");
+  if ((opt.pool_reads || opt.app_memory) && opt.server_reads_all) {
+    throw bench::UsageError("--server-reads-all does not go with --pool-reads/--app-memory");
+  }
+}
+
+bool pool_reads(const Options& opt) { return opt.pool_reads || opt.app_memory; }
+
+rpc::ReqType req_type(const Options& opt) {
+  if (opt.app_memory) return bench::kPoolViewType;
+  if (opt.pool_reads) return bench::kPoolReadType;
+  return opt.server_reads_all ? bench::kChecksumType : bench::kSizedRespType;
 }
 
 std::string_view handler_reads(const Options& opt) {
+  if (opt.app_memory) {
+    return "server answers from a pool of registered application memory (a view, no copy); "
+           "goodput counts response bytes";
+  }
+  if (opt.pool_reads) {
+    return "server answers from a pool it copies into a MsgBuffer; goodput counts response "
+           "bytes";
+  }
   return opt.server_reads_all ? "server handler reads every request byte (checksum returned)"
                               : "server handler reads the first 4 request bytes";
 }
@@ -145,7 +181,7 @@ measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
   c.ep = opt.ep;
   c.server_uri = server_uri;
   c.first_id = client_id;
-  c.load = {.req_type = opt.server_reads_all ? bench::kChecksumType : bench::kSizedRespType,
+  c.load = {.req_type = req_type(opt),
             .req_size = size,
             .resp_size = opt.resp_size,
             .window = opt.window};
@@ -153,10 +189,13 @@ measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
   bench::ClientThreads client(nexus, c);
   const bench::Window w = bench::measure_then_stop(
       kProgram, client, servers, std::min(0.5, opt.duration_s / 10), opt.duration_s,
-      [size](double per_s) { return fmt::format("{:.3f} Gbit/s", to_gbps(per_s, size)); });
+      [payload = pool_reads(opt) ? opt.resp_size : size](double per_s) {
+        return fmt::format("{:.3f} Gbit/s", to_gbps(per_s, payload));
+      });
 
   const std::uint64_t messages = w.client_completed[0];
-  const double gbps = to_gbps(static_cast<double>(messages) / w.seconds, size);
+  const std::size_t payload = pool_reads(opt) ? opt.resp_size : size;
+  const double gbps = to_gbps(static_cast<double>(messages) / w.seconds, payload);
   const auto& f = client.final_state(0);
   *failures += client.errors(0) + (f.drained ? 0 : 1);
   fmt::print("librpc size={} window={} messages={} in {:.2f} s: {:.3f} Gbit/s{}{}{}{}{}\n",
@@ -208,6 +247,8 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
   checks.finish();
   measure::Json config = bench::endpoint_config(opt.ep);
   config["server_reads_all"] = opt.server_reads_all;
+  config["pool_reads"] = pool_reads(opt);
+  config["app_memory"] = opt.app_memory;
   measure::ResultFile file =
       checks.result_file(opt.ep.transport, "goodput",
                          fmt::format("{}; {}", setup, handler_reads(opt)), std::move(config));

@@ -93,8 +93,8 @@ TEST_CASE("two fake transports exchange header and data bytes and see the sender
   std::vector<uint8_t> data(100);
   for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(200 - i);
   const std::array<TxItem, 2> items{
-      TxItem{&a_to_b, hdr0.data(), data.data(), static_cast<uint32_t>(data.size()), 0},
-      TxItem{&a_to_b, hdr1.data(), nullptr, 0, 0}};
+      TxItem{&a_to_b, hdr0.data(), data.data(), static_cast<uint32_t>(data.size()), 0, 0},
+      TxItem{&a_to_b, hdr1.data(), nullptr, 0, 0, 0}};
   a.tx_burst(items);
 
   // Expect: both arrive in order, bytes intact, src_key naming a

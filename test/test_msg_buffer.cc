@@ -186,3 +186,46 @@ TEST_CASE("a view wraps received packet data without owning it") {
   CHECK(MsgBufferAccess::region(m) == nullptr);
   CHECK(MsgBufferAccess::lkey(m) == 0);
 }
+
+TEST_CASE("a view of application memory has its headers in a block of their own") {
+  Fixture f;
+  constexpr uint32_t kAppLkey = 42;
+  std::vector<uint8_t> pool(4096, 0xab);
+  rpc::detail::AppRegion app;
+  app.base = pool.data();
+  app.len = pool.size();
+  app.reg = MemReg{kAppLkey, nullptr};
+  const size_t size = 1001;
+  const Allocation hdrs = f.allocator.alloc(MsgBufferAccess::view_hdr_bytes(size, kDataPerPkt));
+  REQUIRE(hdrs.buf != nullptr);
+  MsgBuffer m = MsgBufferAccess::make_app_view(hdrs, app, pool.data() + 8, size, kDataPerPkt);
+
+  // Expect: the data is the application's, under its key; the headers are
+  // the block's, one after the other, under the allocator's key
+  CHECK(m.valid());
+  CHECK(m.is_app_view());
+  CHECK(m.data() == pool.data() + 8);
+  CHECK(m.size() == size);
+  CHECK(m.num_pkts() == 4);
+  CHECK(MsgBufferAccess::lkey(m) == kAppLkey);
+  CHECK(MsgBufferAccess::hdr_lkey(m) == kLkey);
+  CHECK(MsgBufferAccess::data_region(m) == &app);
+  CHECK(MsgBufferAccess::pkt_data(m, 2) == pool.data() + 8 + 2 * kDataPerPkt);
+  for (size_t i = 0; i < m.num_pkts(); i++) {
+    CHECK(MsgBufferAccess::hdr(m, i) == hdrs.buf + i * kPktHeaderBytes);
+    std::memset(MsgBufferAccess::hdr(m, i), 0xee, kPktHeaderBytes);
+  }
+  const Allocation a = MsgBufferAccess::allocation_of(m);
+  CHECK(a.buf == hdrs.buf);
+  CHECK(a.len == 4 * kPktHeaderBytes);
+  CHECK(a.region == hdrs.region);
+  // and writing every header leaves the application's memory alone
+  size_t bad = 0;
+  for (const uint8_t b : pool) bad += b != 0xab ? 1 : 0;
+  CHECK(bad == 0);
+  f.allocator.free(a);
+  // An ordinary buffer is not a view, and its data is its headers' region's
+  MsgBuffer plain = f.alloc(100);
+  CHECK_FALSE(plain.is_app_view());
+  CHECK(MsgBufferAccess::data_region(plain) == MsgBufferAccess::region(plain));
+}

@@ -37,7 +37,8 @@ struct TxBuffer {
   TxBuffer& operator=(const TxBuffer&) = delete;
 
   detail::TxItem item(const detail::RoutingInfo& to, uint32_t data_len) const {
-    return detail::TxItem{&to, bytes.data(), bytes.data() + kPktHeaderBytes, data_len, reg.lkey};
+    return detail::TxItem{&to,      bytes.data(), bytes.data() + kPktHeaderBytes,
+                          data_len, reg.lkey,     reg.lkey};
   }
 };
 

@@ -38,7 +38,7 @@ ClosedLoop::ClosedLoop(rpc::Rpc& rpc, std::vector<ClientSession> sessions, const
                       requests_.size(), params_.req_size, params_.resp_size, rpc_.max_msg_size()));
     }
     fill_pattern(r.req);
-    if (params_.req_type == kSizedRespType || params_.req_type == kChecksumType) {
+    if (params_.req_type != kEchoType) {  // every other type is told the response size
       set_wanted_resp_size(r.req, static_cast<std::uint32_t>(params_.resp_size));
     }
   }

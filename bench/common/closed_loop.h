@@ -35,8 +35,9 @@ struct alignas(64) LoopCounters {
 class ClosedLoop {
  public:
   struct Params {
-    // kEchoType, kSizedRespType or kChecksumType (whose responses must
-    // carry the request's checksum: others count as errors).
+    // kEchoType, kSizedRespType, kChecksumType (whose responses must
+    // carry the request's checksum: others count as errors), kPoolReadType
+    // or kPoolViewType.
     rpc::ReqType req_type = 0;
     std::size_t req_size = 0;
     // The response size asked for and expected; other sizes count as errors.

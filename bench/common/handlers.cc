@@ -1,8 +1,11 @@
 // The benchmark request handlers.
 #include "common/handlers.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/args.h"
@@ -79,6 +82,66 @@ void checksum_handler(rpc::ReqHandle& h) {
   respond(h, wanted_resp_size(h), sum, kChecksumBytes);
 }
 
+void ServerCounters::FreePool::operator()(std::uint8_t* p) const { std::free(p); }
+
+namespace {
+
+constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+
+// The next value of `size` bytes of the pool, made (and, for views,
+// registered) at the first call; nullptr if it cannot be.
+const std::uint8_t* next_pool_value(rpc::ReqHandle& h, std::size_t size, bool view) {
+  auto* ctx = static_cast<ServerCounters*>(h.context());
+  if (ctx == nullptr || size > kPoolBytes) return nullptr;
+  if (ctx->pool == nullptr) {
+    // 2 MiB aligned and backed by transparent hugepages where the system
+    // has them, as the engine's own buffers are: a pool of 4 KiB pages costs
+    // a one-sided reader (samehost's process_vm_readv, a NIC's page walk)
+    // a page lookup per 4 KiB, which is not the copy this measures.
+    void* mem = std::aligned_alloc(kHugePageBytes, kPoolBytes);
+    if (mem == nullptr) return nullptr;
+    (void)madvise(mem, kPoolBytes, MADV_HUGEPAGE);
+    ctx->pool.reset(static_cast<std::uint8_t*>(mem));
+    for (std::size_t k = 0; k < kPoolBytes; ++k) {
+      ctx->pool.get()[k] = static_cast<std::uint8_t>('a' + k % 26);
+    }
+  }
+  if (view && !ctx->pool_mem.valid()) {
+    auto mem = h.rpc().register_memory(ctx->pool.get(), kPoolBytes);
+    if (!mem) return nullptr;
+    ctx->pool_mem = *mem;
+  }
+  if (ctx->next_value + size > kPoolBytes) ctx->next_value = 0;
+  const std::uint8_t* value = ctx->pool.get() + ctx->next_value;
+  ctx->next_value += size;
+  return value;
+}
+
+}  // namespace
+
+void pool_read_handler(rpc::ReqHandle& h) {
+  count_request(h);
+  const std::size_t size = wanted_resp_size(h);
+  const std::uint8_t* value = next_pool_value(h, size, /*view=*/false);
+  respond(h, value != nullptr ? size : 0, value, value != nullptr ? size : 0);
+}
+
+void pool_view_handler(rpc::ReqHandle& h) {
+  count_request(h);
+  const std::size_t size = wanted_resp_size(h);
+  const std::uint8_t* value = next_pool_value(h, size, /*view=*/true);
+  auto* ctx = static_cast<ServerCounters*>(h.context());
+  rpc::MsgBuffer resp =
+      value != nullptr
+          ? h.rpc().app_msg_buffer(ctx->pool_mem, const_cast<std::uint8_t*>(value), size)
+          : rpc::MsgBuffer();
+  if (!resp.valid()) {  // the client reports the size mismatch
+    respond(h, 0, nullptr, 0);
+    return;
+  }
+  h.rpc().enqueue_response(h, resp);
+}
+
 std::uint64_t request_checksum(const std::uint8_t* data, std::size_t size) {
   // Four independent sums so that the loop is bound by loads, not by one
   // chain of additions.
@@ -104,6 +167,12 @@ void register_bench_handlers(rpc::Nexus& nexus) {
     throw RunError(r.error());
   }
   if (auto r = nexus.register_handler(kChecksumType, checksum_handler); !r) {
+    throw RunError(r.error());
+  }
+  if (auto r = nexus.register_handler(kPoolReadType, pool_read_handler); !r) {
+    throw RunError(r.error());
+  }
+  if (auto r = nexus.register_handler(kPoolViewType, pool_view_handler); !r) {
     throw RunError(r.error());
   }
 }

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,18 @@ struct ImplAccess;
 
 class Rpc;
 class CallAwaiter;
+
+// Options of Rpc::register_memory.
+struct AppMemoryOptions {
+  // Called, on the Rpc's thread, each time the engine lets go of a view of
+  // this memory it held (see Rpc::app_memory_in_flight): with the view's
+  // data and max_size(). From then on the engine neither reads nor writes
+  // those bytes, and no peer can read them: a server may overwrite a value
+  // it served. Runs inside the engine (an event-loop iteration, or a call
+  // such as destroy_session or ~Rpc): it must not call this Rpc, and must
+  // not throw.
+  std::function<void(const void* data, size_t size)> on_release;
+};
 template <typename T>
 class Task;
 
@@ -94,6 +107,49 @@ class RPC_EXPORT Rpc {
   bool resize_msg_buffer(MsgBuffer& buf, size_t new_size) noexcept { return buf.resize(new_size); }
   // Frees buf and invalidates the handle.
   void free_msg_buffer(MsgBuffer& buf) noexcept;
+
+  // --- Application memory (docs/api.md, "Application memory") ---
+
+  // Registers [addr, addr + len) of the application's own memory (a pool it
+  // keeps) with this Rpc's transport, so that views of it
+  // (app_msg_buffer) travel as requests and responses without a copy by
+  // the engine. Nothing of it becomes remotely accessible: a peer may read
+  // a view's bytes only while a large message sent from it is being
+  // transferred (docs/reliability.md, "Bulk security model"). The memory
+  // must stay mapped until deregister_memory or ~Rpc (which deregisters
+  // what is left). Fails when addr is null, len is 0 or the transport
+  // refuses (verbs, fabric: the NIC's registration). Rpc thread only.
+  [[nodiscard]] Result<AppMemory> register_memory(void* addr, size_t len,
+                                                  AppMemoryOptions options = {});
+  // Ends the registration: every handle and view of it is stale from now
+  // on (using a view in a request or response aborts; free_msg_buffer of
+  // one still frees its headers). REQUIRES: app_memory_in_flight(mem) == 0:
+  // deregistering memory the engine still uses (a request or response
+  // buffer of an outstanding request, a response the server keeps, an
+  // exposure to a peer) aborts with a message. Fails (a Failure) for a
+  // handle that is not a live registration of this Rpc. Rpc thread only.
+  [[nodiscard]] Result<void> deregister_memory(const AppMemory& mem);
+  // A MsgBuffer whose data is [data, data + size) of the registered memory
+  // `mem` (size() == max_size() == size): the engine sends a request or
+  // response straight from it, and receives a response straight into it
+  // (large messages on transports with a bulk path land there directly).
+  // Its packet headers live in a small block the Rpc allocates; free the
+  // view with free_msg_buffer (which frees that block, never the
+  // application's memory) or hand it to enqueue_response (the Rpc frees
+  // it). Invalid (valid() == false, an error logged) when size exceeds
+  // max_msg_size() or the header block cannot be allocated. Aborts when
+  // the range is not inside `mem` or `mem` is not a live registration of
+  // this Rpc. Callable from the Rpc's thread and from background handlers.
+  // A view is not a server's request buffer: requests arrive in buffers
+  // of the engine.
+  MsgBuffer app_msg_buffer(const AppMemory& mem, void* data, size_t size) noexcept;
+  // Views of `mem` the engine holds now: each request or response buffer
+  // passed to enqueue_request, from that call until its continuation runs,
+  // and each response passed to enqueue_response, until the server drops
+  // it, which is when the client's next request in that slot arrives or
+  // the session ends (the server keeps a response for retransmission
+  // until then). 0 for a stale handle. Rpc thread only.
+  size_t app_memory_in_flight(const AppMemory& mem) const;
 
   // --- Datapath ---
 

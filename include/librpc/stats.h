@@ -71,6 +71,12 @@ struct RpcStats {
   uint64_t bulk_expose_failed = 0;        // exposures refused: sent as datagrams instead
   uint64_t bulk_paths_failed = 0;         // connections (verbs RC QPs, samehost channels) that
                                           // failed under live sessions; those were reset
+  // Message payload bytes the engine copied: request and response packets
+  // assembled into a buffer from the RX ring (multi-packet messages, and
+  // requests kept past their handler). Not counted: what the transport
+  // itself moves (the kernel's socket copies, a one-sided read, samehost's
+  // ring), and single-packet requests handed to handlers in place.
+  uint64_t payload_bytes_copied = 0;
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;
   uint64_t sessions_reset = 0;       // reset because the remote failed

@@ -25,6 +25,22 @@ struct MemRegion {
   size_t index = 0;  // position in the allocator's region list
 };
 
+// Application memory registered with an Rpc (Rpc::register_memory), which
+// views (Rpc::app_msg_buffer) send from and receive into. Owned by the Rpc
+// (src/rpc/app_memory.cc); the object outlives its registration, so that a
+// view or handle of a deregistered one is recognised (gen moved on) rather
+// than read freed memory.
+struct AppRegion : MemRegion {
+  uint32_t gen = 1;   // moves on at each deregistration; never 0 (0 marks "not a view")
+  bool live = false;  // registered with the transport now
+  // Views of it the engine holds now (Rpc thread only): requests and
+  // response buffers from enqueue_request until the continuation, and
+  // responses from enqueue_response until the server drops them.
+  uint64_t in_flight = 0;
+  // RegisterMemoryOptions::on_release, for each view the engine lets go.
+  std::function<void(const void*, size_t)> on_release;
+};
+
 // Why the last failed alloc() failed.
 enum class AllocFailure : uint8_t {
   kNone,                // no alloc has failed yet
@@ -126,7 +142,17 @@ class Allocator {
 struct MsgBufferAccess {
   // Bytes needed for a buffer of max_data bytes split into data_per_pkt.
   static size_t alloc_bytes(size_t max_data, size_t data_per_pkt);
+  // Bytes of the header block of a view of application memory of max_data
+  // bytes: one header per packet.
+  static size_t view_hdr_bytes(size_t max_data, size_t data_per_pkt) {
+    return pkts_for_size(max_data, data_per_pkt) * kPktHeaderBytes;
+  }
   static MsgBuffer make(const Allocation& a, size_t max_data, size_t data_per_pkt);
+  // A view of [data, data + size) of the application memory `app`, with
+  // its headers in `hdrs` (view_hdr_bytes(size, data_per_pkt) bytes).
+  // Freeing it frees the header block only.
+  static MsgBuffer make_app_view(const Allocation& hdrs, AppRegion& app, uint8_t* data, size_t size,
+                                 size_t data_per_pkt);
   // A view of packet data that lives elsewhere (an RX ring buffer): buf
   // points at the packet header, data follows. Not freeable.
   static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
@@ -145,13 +171,40 @@ struct MsgBufferAccess {
     const size_t left = m.data_size_ - offset;
     return left < m.data_per_pkt_ ? left : m.data_per_pkt_;
   }
+  // The local key of the data (the application's registration for a view).
   static uint32_t lkey(const MsgBuffer& m) {
+    return m.data_region_ != nullptr ? m.data_region_->reg.lkey : 0;
+  }
+  // The local key of the headers.
+  static uint32_t hdr_lkey(const MsgBuffer& m) {
     return m.region_ != nullptr ? m.region_->reg.lkey : 0;
   }
+  // Where the headers (and the allocation) lie.
   static MemRegion* region(const MsgBuffer& m) { return m.region_; }
+  // Where the data lies: region(), or the application's registration.
+  static MemRegion* data_region(const MsgBuffer& m) { return m.data_region_; }
+  // REQUIRES: m.is_app_view().
+  static AppRegion& app_region(const MsgBuffer& m) {
+    return *static_cast<AppRegion*>(m.data_region_);
+  }
+  static uint32_t app_gen(const MsgBuffer& m) { return m.app_gen_; }
   static uint8_t* raw(const MsgBuffer& m) { return m.buf_; }
   static size_t data_per_pkt(const MsgBuffer& m) { return m.data_per_pkt_; }
   static void invalidate(MsgBuffer& m) { m = MsgBuffer(); }
+};
+
+// Builds and reads AppMemory handles (src/rpc/app_memory.cc).
+struct AppMemoryAccess {
+  static AppMemory make(AppRegion& region) {
+    AppMemory m;
+    m.region_ = &region;
+    m.addr_ = region.base;
+    m.len_ = region.len;
+    m.gen_ = region.gen;
+    return m;
+  }
+  static AppRegion* region(const AppMemory& m) { return m.region_; }
+  static uint32_t gen(const AppMemory& m) { return m.gen_; }
 };
 
 }  // namespace rpc::detail

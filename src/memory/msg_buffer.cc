@@ -25,7 +25,22 @@ MsgBuffer MsgBufferAccess::make(const Allocation& a, size_t max_data, size_t dat
   if (a.buf == nullptr) return MsgBuffer();
   MsgBuffer m = make_view(a.buf, max_data, data_per_pkt);
   m.region_ = a.region;
+  m.data_region_ = a.region;
   m.size_class_ = a.size_class;
+  return m;
+}
+
+MsgBuffer MsgBufferAccess::make_app_view(const Allocation& hdrs, AppRegion& app, uint8_t* data,
+                                         size_t size, size_t data_per_pkt) {
+  if (hdrs.buf == nullptr) return MsgBuffer();
+  MsgBuffer m = make_view(hdrs.buf, size, data_per_pkt);
+  m.data_ = data;
+  // Header 1 follows header 0 in the block: no data area between them.
+  m.tail_hdr_offset_ = static_cast<uint32_t>(kPktHeaderBytes);
+  m.region_ = hdrs.region;
+  m.size_class_ = hdrs.size_class;
+  m.data_region_ = &app;
+  m.app_gen_ = app.gen;
   return m;
 }
 
@@ -33,6 +48,7 @@ MsgBuffer MsgBufferAccess::make_view(uint8_t* hdr_and_data, size_t data_size, si
   const auto num_pkts = static_cast<uint32_t>(detail::pkts_for_size(data_size, data_per_pkt));
   MsgBuffer m;
   m.buf_ = hdr_and_data;
+  m.data_ = hdr_and_data + kPktHeaderBytes;
   m.max_data_size_ = static_cast<uint32_t>(data_size);
   m.data_size_ = static_cast<uint32_t>(data_size);
   m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
@@ -42,7 +58,9 @@ MsgBuffer MsgBufferAccess::make_view(uint8_t* hdr_and_data, size_t data_size, si
 }
 
 Allocation MsgBufferAccess::allocation_of(const MsgBuffer& m) {
-  return {m.buf_, alloc_bytes(m.max_data_size_, m.data_per_pkt_), m.region_, m.size_class_};
+  const size_t len = m.is_app_view() ? view_hdr_bytes(m.max_data_size_, m.data_per_pkt_)
+                                     : alloc_bytes(m.max_data_size_, m.data_per_pkt_);
+  return {m.buf_, len, m.region_, m.size_class_};
 }
 
 }  // namespace detail

@@ -33,7 +33,9 @@ constexpr auto kDrainReadsTimeout = std::chrono::seconds(2);
 // transport refuses (out of resources): the message goes as datagrams.
 bool RpcImpl::expose_payload(const Session& session, MsgBuffer& ctrl, const MsgBuffer& payload,
                              Exposure& exposure) {
-  const MemRegion* region = MsgBufferAccess::region(payload);
+  // The data's registration: the application's for a view of its memory,
+  // so that exactly the view's bytes are exposed, under its registration.
+  const MemRegion* region = MsgBufferAccess::data_region(payload);
   if (!session.route_resolved || region == nullptr ||
       !transport_->expose_for_read(session.remote_route, payload.data(), payload.size(),
                                    region->reg, exposure)) {
@@ -68,7 +70,7 @@ uint32_t RpcImpl::post_bulk_read(Session& session, bool server, uint64_t req_num
   const BulkOp op{&session.remote_route,
                   dst.data(),
                   MsgBufferAccess::lkey(dst),
-                  MsgBufferAccess::region(dst)->reg.desc,
+                  MsgBufferAccess::data_region(dst)->reg.desc,
                   ctrl.addr,
                   ctrl.key,
                   ctrl.len,
@@ -133,7 +135,10 @@ void RpcImpl::finish_orphan(uint32_t index) {
   ContinuationFn cont = std::move(r.cont);
   const Completion completion = r.completion;
   free_bulk_read(index);
-  if (completion.resp != nullptr) completion.resp->resize(0);
+  if (completion.resp != nullptr) {
+    completion.resp->resize(0);
+    if (completion.resp->is_app_view()) release_view(*completion.resp);
+  }
   run_continuation(cont, completion);
 }
 

@@ -75,6 +75,7 @@ void RpcImpl::fail_backlog_entries(Session& session, std::vector<BacklogEntry>& 
   for (BacklogEntry& e : entries) {
     if (e.deadline_ns != 0) session.backlog_deadlines--;
     e.resp->resize(0);
+    release_views(*e.req, *e.resp);
     session.stats.requests_completed++;
     stats_.requests_completed++;
     run_continuation(e.cont, Completion{errc, e.resp, 0, e.tag});

@@ -132,7 +132,7 @@ void RpcImpl::tx_credit_return(Session& session, ReqType req_type, size_t pkt_nu
   uint8_t* slot = ctrl_hdr_slot();
   hdr.store(slot);
   const size_t queued = tx_batch_size_;
-  tx_enqueue(slot, nullptr, 0, 0, session);
+  tx_enqueue(slot, nullptr, 0, 0, 0, session);
   // Only while it waits in the batch (not dropped by fault injection, not
   // flushed by a full batch) can it be overwritten.
   const bool waiting = tx_batch_size_ == queued + 1;

@@ -67,6 +67,7 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
   if (session.is_connected() && session.backlog.empty()) {
     for (ClientSlot& slot : session.cslots) {
       if (!slot.active) {
+        hold_views(req, resp);
         install(slot.cont);
         start_request(slot, req_type, req, resp, tag, id, deadline_ns);
         flush_if_outside_loop();
@@ -77,6 +78,7 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
   // Window full, or not yet connected: wait in order. Allocates (a vector
   // block) only now and then.
   if (deadline_ns != 0) session.backlog_deadlines++;
+  hold_views(req, resp);
   BacklogEntry entry{req_type, &req, &resp, nullptr, tag, id, deadline_ns};
   install(entry.cont);
   session.backlog.push_back(std::move(entry));
@@ -164,16 +166,13 @@ void RpcImpl::send_req_pkt(ClientSlot& slot, size_t pkt_num) {
     uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
     PktHdr::make(PktType::kReq, slot.req_type, size, session.remote_num, 0, slot.req_num, true)
         .store(hdr);
-    tx_enqueue(hdr, slot.bulk_ctrl.data(), kBulkCtrlBytes, MsgBufferAccess::lkey(slot.bulk_ctrl),
-               session);
+    tx_msg_pkt(slot.bulk_ctrl, 0, session);
     return;
   }
   uint8_t* hdr = MsgBufferAccess::hdr(req, pkt_num);
   PktHdr::make(PktType::kReq, slot.req_type, size, session.remote_num, pkt16, slot.req_num)
       .store(hdr);
-  tx_enqueue(hdr, MsgBufferAccess::pkt_data(req, pkt_num),
-             static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(req, pkt_num)),
-             MsgBufferAccess::lkey(req), session);
+  tx_msg_pkt(req, pkt_num, session);
 }
 
 void RpcImpl::process_stall_queue() {
@@ -238,6 +237,7 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
       if (pkt_num == slot.req_rx) {
         std::copy_n(pkt + kPktHeaderBytes, data_len,
                     slot.req_buf.data() + pkt_num * caps_.max_data_per_pkt);
+        stats_.payload_bytes_copied += data_len;
         slot.req_rx++;
         slot.rx_progress_ns = now_ns_;
         if (last_pkt) {
@@ -326,7 +326,7 @@ void RpcImpl::release_server_slot(ServerSlot& slot) {
   // The cached response is acknowledged (or its client gone): peers can no
   // longer read it.
   if (slot.resp_exposure.active()) transport_->revoke_exposure(slot.resp_exposure);
-  if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
+  free_dyn_resp(slot);
   slot.resp = nullptr;
 }
 
@@ -387,6 +387,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   std::copy_n(pkt + kPktHeaderBytes, data_len, slot.req_buf.data());
+  stats_.payload_bytes_copied += data_len;
   slot.req_rx = 1;
   if (slot.req_pkts == 1) {
     invoke_handler(session, slot, hdr.req_type());

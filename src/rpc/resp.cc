@@ -63,7 +63,11 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
     pre_resp = resp;  // pick up a resize done on a copy of the handle
     slot.resp = &pre_resp;
   } else {
-    if (slot.dyn_resp.valid()) free_msg_buffer(slot.dyn_resp);
+    free_dyn_resp(slot);
+    // A view of application memory stays the engine's until the response
+    // is dropped (free_dyn_resp): checked and counted here.
+    if (resp.is_app_view()) [[unlikely]]
+      hold_view(resp, "enqueue_response");
     slot.dyn_resp = resp;  // the Rpc owns it now
     slot.resp = &slot.dyn_resp;
   }
@@ -100,17 +104,14 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
     PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0, slot.req_num,
                  true, status)
         .store(hdr);
-    tx_enqueue(hdr, slot.bulk_ctrl.data(), kBulkCtrlBytes, MsgBufferAccess::lkey(slot.bulk_ctrl),
-               session);
+    tx_msg_pkt(slot.bulk_ctrl, 0, session);
     return;
   }
   uint8_t* hdr = MsgBufferAccess::hdr(resp, pkt_num);
   PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num,
                static_cast<uint16_t>(pkt_num), slot.req_num, false, status)
       .store(hdr);
-  tx_enqueue(hdr, MsgBufferAccess::pkt_data(resp, pkt_num),
-             static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(resp, pkt_num)),
-             MsgBufferAccess::lkey(resp), session);
+  tx_msg_pkt(resp, pkt_num, session);
 }
 
 // ---------------------------------------------------------------- client
@@ -158,6 +159,7 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
     return;
   }
   std::copy_n(data, data_len, slot.resp->data() + pkt_num * caps_.max_data_per_pkt);
+  stats_.payload_bytes_copied += data_len;
   if (slot.num_rx == slot.req_pkts + slot.resp_pkts - 1) {
     client_complete(slot, Errc::kOk, msg_size);
     return;
@@ -186,6 +188,12 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uin
   // it is done (finish_orphan), never before.
   const bool deferred = slot.bulk_read != kNoBulkRead;
   if (deferred) orphan_client_read(slot, std::move(cont), completion);
+  // The engine is done with the request (its exposure ended above) and,
+  // unless a read still fills it (finish_orphan), with the response buffer.
+  if (slot.req->is_app_view()) [[unlikely]]
+    release_view(*slot.req);
+  if (!deferred && slot.resp->is_app_view()) [[unlikely]]
+    release_view(*slot.resp);
   if (!session.backlog.empty() && session.is_connected()) {
     start_request(slot, take_backlog_front(session));
   }

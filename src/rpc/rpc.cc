@@ -173,6 +173,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
       [t](void* addr, size_t len) { return t->register_memory(addr, len); },
       [t](const MemReg& reg) { t->deregister_memory(reg); }, nexus.num_bg_threads() > 0,
       2 * largest_buffer_bytes, config.max_msg_buffer_bytes);
+  app_locking_ = nexus.num_bg_threads() > 0;
   handlers_ = &nexus.freeze_handlers();
   stall_queue_.reserve(64);
   auto registered = nexus_.register_rpc(config.rpc_id, this);
@@ -247,6 +248,7 @@ void RpcImpl::shutdown() {
   for (auto& s : sessions_) {
     if (s != nullptr) free_session(*s);
   }
+  deregister_all_app_memory();
   shut_down_ = true;
 }
 

@@ -134,6 +134,11 @@ class RpcImpl final : public RpcEndpoint {
   size_t num_active_sessions() const;
   MsgBuffer alloc_msg_buffer(size_t max_size) noexcept;
   void free_msg_buffer(MsgBuffer& buf) noexcept;
+  // app_memory.cc
+  Result<AppMemory> register_memory(void* addr, size_t len, AppMemoryOptions options);
+  Result<void> deregister_memory(const AppMemory& mem);
+  MsgBuffer app_msg_buffer(const AppMemory& mem, void* data, size_t size) noexcept;
+  size_t app_memory_in_flight(const AppMemory& mem) const;
   Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                        Continuation cont, void* tag) noexcept;
   Errc enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
@@ -192,8 +197,16 @@ class RpcImpl final : public RpcEndpoint {
   // ev_loop.cc
   void poll_sm_queue();
   // tx.cc
+  // lkey: the data's registration; hdr_lkey: the header's (they differ
+  // for a view of application memory).
   void tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
-                  Session& session);
+                  uint32_t hdr_lkey, Session& session);
+  // The packet pkt_num of `m` (its header already written).
+  void tx_msg_pkt(MsgBuffer& m, size_t pkt_num, Session& session) {
+    tx_enqueue(MsgBufferAccess::hdr(m, pkt_num), MsgBufferAccess::pkt_data(m, pkt_num),
+               static_cast<uint32_t>(MsgBufferAccess::pkt_data_len(m, pkt_num)),
+               MsgBufferAccess::lkey(m), MsgBufferAccess::hdr_lkey(m), session);
+  }
   uint8_t* ctrl_hdr_slot();
   void tx_ctrl(Session& session, const PktHdr& hdr);
   void tx_credit_return(Session& session, ReqType req_type, size_t pkt_num, uint64_t req_num);
@@ -336,6 +349,30 @@ class RpcImpl final : public RpcEndpoint {
   void end_request_early(ClientSlot& slot, Errc errc);
   void fail_backlog_entries(Session& session, std::vector<BacklogEntry>& entries, Errc errc);
   void expire_backlog_deadlines(Session& session);
+  // app_memory.cc: views of application memory the engine takes (a request
+  // or response buffer, a response) and gives back. hold_view aborts, naming
+  // `what`, for a view whose registration is gone or not this Rpc's.
+  void hold_view(const MsgBuffer& m, const char* what);
+  void release_view(const MsgBuffer& m);
+  // Every request buffer pair the engine takes passes here: a branch on two
+  // loaded fields when neither is a view.
+  void hold_views(const MsgBuffer& req, const MsgBuffer& resp) {
+    if (req.is_app_view()) [[unlikely]]
+      hold_view(req, "enqueue_request (request)");
+    if (resp.is_app_view()) [[unlikely]]
+      hold_view(resp, "enqueue_request (response buffer)");
+  }
+  void release_views(const MsgBuffer& req, const MsgBuffer& resp) {
+    if (req.is_app_view()) [[unlikely]]
+      release_view(req);
+    if (resp.is_app_view()) [[unlikely]]
+      release_view(resp);
+  }
+  // Frees the slot's handler-allocated response (a view: its headers, and
+  // the engine lets go of the application's bytes).
+  void free_dyn_resp(ServerSlot& slot);
+  AppRegion* own_app_region(const AppMemory& mem) const;
+  void deregister_all_app_memory();
   // bg.cc
   void submit_background(Session& session, ServerSlot& slot, const HandlerEntry& entry);
   void poll_bg_responses();
@@ -451,6 +488,15 @@ class RpcImpl final : public RpcEndpoint {
   Mailbox<SmDelivery> sm_mailbox_;
   std::vector<SmDelivery> sm_local_;  // what the loop is handling (reused)
   std::atomic<uint64_t> sm_requests_dropped_{0};
+
+  // Application memory (app_memory.cc), by AppRegion::index; entries are
+  // reused (their gen moved on) but never freed before the Rpc. The mutex
+  // guards what app_msg_buffer reads from background threads (taken only
+  // when the Nexus has them); in_flight is the Rpc thread's alone.
+  std::vector<std::unique_ptr<AppRegion>> app_regions_;
+  std::vector<size_t> free_app_regions_;
+  mutable std::mutex app_mutex_;
+  bool app_locking_ = false;
 
   // Background handler responses.
   Mailbox<BgResponse> bg_mailbox_;

@@ -201,6 +201,7 @@ void RpcImpl::fail_client_requests(Session& session, Errc errc) {
   while (!session.backlog.empty()) {
     BacklogEntry e = take_backlog_front(session);
     e.resp->resize(0);
+    release_views(*e.req, *e.resp);
     session.stats.requests_completed++;
     stats_.requests_completed++;
     run_continuation(e.cont, Completion{errc, e.resp, 0, e.tag});

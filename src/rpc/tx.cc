@@ -12,14 +12,14 @@ bool RpcImpl::inject_drop() {
 }
 
 void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
-                         Session& session) {
+                         uint32_t hdr_lkey, Session& session) {
   session.stats.tx_pkts++;
   stats_.tx_pkts++;
   if (drop_enabled_ && inject_drop()) {
     stats_.tx_dropped_injected++;
     return;
   }
-  tx_batch_[tx_batch_size_++] = TxItem{&session.remote_route, hdr, data, data_len, lkey};
+  tx_batch_[tx_batch_size_++] = TxItem{&session.remote_route, hdr, data, data_len, lkey, hdr_lkey};
   if (tx_batch_size_ == kTxBatch) tx_flush();
 }
 
@@ -33,7 +33,7 @@ uint8_t* RpcImpl::ctrl_hdr_slot() {
 void RpcImpl::tx_ctrl(Session& session, const PktHdr& hdr) {
   uint8_t* slot = ctrl_hdr_slot();
   hdr.store(slot);
-  tx_enqueue(slot, nullptr, 0, 0, session);
+  tx_enqueue(slot, nullptr, 0, 0, 0, session);
 }
 
 void RpcImpl::tx_flush() {

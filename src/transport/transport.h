@@ -55,13 +55,18 @@ struct TransportCaps {
 };
 
 // One datagram to send: a header and a data slice, both inside registered
-// buffers (zero copy). The route is a resolved RoutingInfo.
+// buffers (zero copy), not necessarily the same one: a view of application
+// memory (Rpc::app_msg_buffer) has its data in the application's
+// registration and its headers in the engine's. The route is a resolved
+// RoutingInfo. Control packets (no data) have headers in unregistered
+// memory, small enough to be inlined or copied.
 struct TxItem {
   const RoutingInfo* route;
   const uint8_t* hdr;   // kPktHeaderBytes bytes
   const uint8_t* data;  // may be nullptr when data_len == 0
   uint32_t data_len;
   uint32_t data_lkey;
+  uint32_t hdr_lkey;
 };
 
 // One received datagram, in an RX ring buffer owned by the transport. It

@@ -551,10 +551,11 @@ FabricTransport::SendResult FabricTransport::try_send(const PendingSend& p) {
   OpContext* ctx = tx_free_.back();
   ctx->kind = OpKind::kSend;
   // Zero copy: header and data straight from the registered MsgBuffer.
-  void* desc = p.lkey < regions_.size() ? regions_[p.lkey].desc : nullptr;
+  // (A view of application memory has its data in another registration.)
+  void* descs[2] = {p.hdr_lkey < regions_.size() ? regions_[p.hdr_lkey].desc : nullptr,
+                    p.lkey < regions_.size() ? regions_[p.lkey].desc : nullptr};
   const iovec iov[2] = {{const_cast<uint8_t*>(p.hdr), kPktHeaderBytes},
                         {const_cast<uint8_t*>(p.data), p.data_len}};
-  void* descs[2] = {desc, desc};
   const ssize_t rc = fi_sendv(ep_, iov, descs, 2, p.dest, &ctx->fi);
   if (rc == 0) {
     tx_free_.pop_back();
@@ -576,6 +577,7 @@ void FabricTransport::queue_pending(const TxItem& item) {
   p.data = item.data;
   p.data_len = item.data_len;
   p.lkey = item.data_lkey;
+  p.hdr_lkey = item.hdr_lkey;
   if (kPktHeaderBytes + item.data_len <= caps_.max_inline_bytes) {
     // The engine reuses control-packet headers after the burst: copy.
     std::memcpy(p.copy.data(), item.hdr, kPktHeaderBytes);

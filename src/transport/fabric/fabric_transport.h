@@ -156,7 +156,8 @@ class FabricTransport final : public Transport {
     const uint8_t* hdr;
     const uint8_t* data;
     uint32_t data_len;
-    uint32_t lkey;
+    uint32_t lkey;                  // of the data
+    uint32_t hdr_lkey;              // of the header
     std::array<uint8_t, 256> copy;  // header + data when injected
   };
   enum class SendResult : uint8_t { kSent, kAgain, kFailed };

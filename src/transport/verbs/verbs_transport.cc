@@ -355,7 +355,7 @@ void VerbsTransport::tx_burst(std::span<const TxItem> items) {
       const VerbsRoutingInfo route = verbs_info_of(*item.route);
       ibv_send_wr& wr = send_wrs_[i];
       auto& sges = send_sges_[i];
-      sges[0] = ibv_sge{reinterpret_cast<uint64_t>(item.hdr), kPktHeaderBytes, item.data_lkey};
+      sges[0] = ibv_sge{reinterpret_cast<uint64_t>(item.hdr), kPktHeaderBytes, item.hdr_lkey};
       wr.num_sge = 1;
       if (item.data_len > 0) {
         sges[1] = ibv_sge{reinterpret_cast<uint64_t>(item.data), item.data_len, item.data_lkey};
