@@ -243,7 +243,19 @@ int run_sizes(const Options& opt, const std::string& setup, rpc::Nexus& nexus,
     results.push_back(
         run_size(opt, size, nexus, server_uri, client_id, cpus, servers, &failures, checks));
   }
-  if (servers != nullptr) servers->stop();
+  if (servers != nullptr) {
+    servers->stop();
+    // The client counts a retransmission as spurious only when both copies
+    // are answered. A server still reading (bulk) or handling the first
+    // copy drops the second unanswered (busy), so those show only here, on
+    // the server: every size of the run and its warmups together.
+    const rpc::RpcStats& s = servers->final_stats(0);
+    fmt::print(
+        "librpc server: {} request packets dropped as busy (copies of a request still being read "
+        "or handled), {} duplicates answered from the response cache (all sizes, warmups "
+        "included)\n",
+        s.drops.busy, s.duplicate_requests);
+  }
   checks.finish();
   measure::Json config = bench::endpoint_config(opt.ep);
   config["server_reads_all"] = opt.server_reads_all;

@@ -401,6 +401,36 @@ TEST_CASE("over fabric, every exposure ends with its transfer", "[fabric]") {
   CHECK(exposures(*p.server) == 0);
 }
 
+TEST_CASE("over fabric, a peer silent for 20 ms is not resent to: RDM endpoints lose nothing",
+          "[fabric]") {
+  const std::string provider = GENERATE(from_range(providers_under_test()));
+  INFO("provider " << provider);
+  // Given a session with round trips measured (default rto_us: 5 ms)
+  ConnectedPair p(fabric_config(provider));
+  for (int i = 0; i < 4; i++) REQUIRE(p.echo_ok(64, 7));
+  // Expect its RTO at the transport's floor, far above rto_us
+  CHECK(p.client->session_stats(p.sn)->rto_us >= FabricTransport::kMinRtoUs);
+  // When a small request, and where there is a bulk path a large one read
+  // by the server, wait 20 ms for a server that does not poll (as a
+  // descheduled peer or one still reading an 8 MiB request would)
+  std::vector<size_t> sizes{64};
+  if (provider != "shm") sizes.push_back(size_t{1} << 20);
+  for (const size_t size : sizes) {
+    INFO("size " << size);
+    EchoCall call;
+    REQUIRE(call.prepare(*p.client, size, size % 13));
+    REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+    p.client->run_event_loop(std::chrono::milliseconds(20));
+    REQUIRE(run_all_until({p.client.get(), p.server.get()}, [&] { return call.completions > 0; }));
+    // Expect it answered without a resend (with the 5 ms floor, one went
+    // out after 5 ms and another after 15)
+    CHECK(call.echoed());
+    call.release(*p.client);
+  }
+  CHECK(p.client->stats().retransmissions == 0);
+  CHECK(p.server->stats().drops.busy == 0);
+}
+
 // Run by test/fabric/run_in_rxe_vm.sh with FI_MR_CACHE_MAX_COUNT set: a
 // provider whose registration cache hands an exposure the cached
 // registration of the whole region (verbs;ofi_rxm) gets no bulk path.

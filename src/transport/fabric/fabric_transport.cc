@@ -316,6 +316,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       RPC_LOG_INFO("fabric transport: {} receives at most {} posted buffers; RX ring {} not {}",
                    provider_, info_->rx_attr->size, caps_.rx_ring_size, config.rx_ring_size);
     }
+    caps_.min_rto_us = kMinRtoUs;
     caps_.max_inline_bytes = std::min(info_->tx_attr->inject_size, sizeof(PendingSend::copy));
     if (info_->tx_attr->iov_limit < 2) fail("the provider cannot send two iovecs at once", EINVAL);
     if (caps_.max_inline_bytes < kPktHeaderBytes)

@@ -96,6 +96,16 @@ class FabricTransport final : public Transport {
 
   static constexpr size_t kMaxBatch = 32;
 
+  // The floor under every session's RTO (TransportCaps::min_rto_us). An
+  // RDM endpoint is reliable: what the provider accepts arrives, or the
+  // connection fails, which the engine hears about otherwise. Only our own
+  // drops are lost (the send FIFO full, a send the provider refuses for
+  // good), so a timeout almost always means a peer that was descheduled
+  // or is still reading a large request, and with the 5 ms floor those
+  // resent requests nobody had lost (docs/transports.md, "Goodput over
+  // tcp;ofi_rxm").
+  static constexpr uint64_t kMinRtoUs = 50'000;
+
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kBulk };
   // Per-operation context. libfabric may use the fi_context2 (FI_CONTEXT
