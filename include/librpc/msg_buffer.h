@@ -80,6 +80,7 @@ class RPC_EXPORT MsgBuffer {
   detail::MemRegion* region_ = nullptr;       // where buf_ lies: the headers' registration
   detail::MemRegion* data_region_ = nullptr;  // where data_ lies: region_, or the application's
   uint32_t app_gen_ = 0;  // a view: the generation of its registration; 0 otherwise
+  uint32_t lkey_ = 0;     // data_region_'s local key, read per packet sent
 };
 
 // A range of application memory registered with one Rpc

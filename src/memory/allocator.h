@@ -172,11 +172,11 @@ struct MsgBufferAccess {
     return left < m.data_per_pkt_ ? left : m.data_per_pkt_;
   }
   // The local key of the data (the application's registration for a view).
-  static uint32_t lkey(const MsgBuffer& m) {
-    return m.data_region_ != nullptr ? m.data_region_->reg.lkey : 0;
-  }
-  // The local key of the headers.
+  static uint32_t lkey(const MsgBuffer& m) { return m.lkey_; }
+  // The local key of the headers: the data's, but for a view.
   static uint32_t hdr_lkey(const MsgBuffer& m) {
+    if (m.app_gen_ == 0) [[likely]]
+      return m.lkey_;
     return m.region_ != nullptr ? m.region_->reg.lkey : 0;
   }
   // Where the headers (and the allocation) lie.

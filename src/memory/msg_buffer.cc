@@ -26,6 +26,7 @@ MsgBuffer MsgBufferAccess::make(const Allocation& a, size_t max_data, size_t dat
   MsgBuffer m = make_view(a.buf, max_data, data_per_pkt);
   m.region_ = a.region;
   m.data_region_ = a.region;
+  m.lkey_ = a.region != nullptr ? a.region->reg.lkey : 0;
   m.size_class_ = a.size_class;
   return m;
 }
@@ -40,6 +41,7 @@ MsgBuffer MsgBufferAccess::make_app_view(const Allocation& hdrs, AppRegion& app,
   m.region_ = hdrs.region;
   m.size_class_ = hdrs.size_class;
   m.data_region_ = &app;
+  m.lkey_ = app.reg.lkey;
   m.app_gen_ = app.gen;
   return m;
 }
