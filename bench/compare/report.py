@@ -64,6 +64,10 @@ UDP_GSO = "udp (GSO/GRO)"
 UDP_PLAIN = "udp (no GSO/GRO)"
 # large_rpc_tput --server-reads-all: its runs are a series of their own.
 READS_ALL = "server reads all"
+# large_rpc_tput --pool-reads / --app-memory: 1 MiB values served from a
+# pool, copied into message buffers or sent as views of registered memory.
+POOL_COPY = "1 MiB from a pool, copied"
+APP_MEMORY = "1 MiB from a pool, application memory"
 # librpc's default session credits (RpcConfig::session_credits); a goodput
 # run with others is a series of its own, labelled with them.
 DEFAULT_CREDITS = 32
@@ -154,6 +158,10 @@ class Series:
         self.transport = transport_label(self.system, transport, settings, self.results, self.kind)
         if settings.get("server_reads_all"):
             self.transport += f", {READS_ALL}"
+        if settings.get("app_memory"):
+            self.transport += f", {APP_MEMORY}"
+        elif settings.get("pool_reads"):
+            self.transport += f", {POOL_COPY}"
         # scripts/cpu_cost.sh runs once per continuation style (API=...):
         # each is a series of its own, not a repetition of the others.
         if self.workload == "cpu" and settings.get("api") not in (None, "fnptr"):
@@ -729,6 +737,15 @@ def targets(steps, series):
     rows.append(soak_target(steps, series))
     rows.append(cpu_target(steps, series))
     rows.append(api_cost_target(steps, series))
+    app = first(series, "samehost_goodput", "librpc", f"samehost, {APP_MEMORY}")
+    copy = first(series, "samehost_goodput", "librpc", f"samehost, {POOL_COPY}")
+    rows.append(ratio_target(f"serving 1 MiB reads from registered application memory ≥ "
+                             f"{APP_MEMORY_GOODPUT} × copying them into message buffers "
+                             "(samehost, two processes)",
+                             app.results[0] if app and app.results else None,
+                             copy.results[0] if copy and copy.results else None, "gbps",
+                             fmt_gbps, APP_MEMORY_GOODPUT, at_most=False, steps=steps,
+                             step_ids=("f14_r1", "f13_r1")))
     return rows
 
 

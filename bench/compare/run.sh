@@ -481,6 +481,16 @@ for r in $(seq 1 "$reps"); do
     "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport fabric --fabric-provider shm -- \
     --sizes "$goodput_size" --server-reads-all --duration "$large_s" \
     --json "$out/f11_librpc_fabric_shm_reads_all_r$r.json"
+
+  # Application memory (issue 30): the server answers 1 MiB reads from a
+  # 32 MiB pool, copied into MsgBuffers or sent as views of the pool
+  # registered with the Rpc; the same pool, interleaved.
+  step "f13_r$r" samehost goodput "$sh_large_limit" "$out/f13_librpc_samehost_pool_copy_r$r.json" "same host, 1 MiB reads from a pool, copied into message buffers: librpc samehost, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes 64 --resp-size 1M \
+    --pool-reads --duration "$large_s" --json "$out/f13_librpc_samehost_pool_copy_r$r.json"
+  step "f14_r$r" samehost goodput "$sh_large_limit" "$out/f14_librpc_samehost_app_memory_r$r.json" "same host, 1 MiB reads from a pool registered as application memory (views, no copy): librpc samehost, two processes (rep $r)" -- \
+    "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes 64 --resp-size 1M \
+    --app-memory --duration "$large_s" --json "$out/f14_librpc_samehost_app_memory_r$r.json"
 done
 step f12 samehost_soak soak 120 "$out/f12_librpc_samehost_soak.json" "same host, retransmissions: librpc samehost, 8 MiB for ${soak_s} s, server reads every byte, two processes" -- \
   "${pair[@]}" "$bench/librpc-large-rpc-tput" --transport samehost -- --sizes "$goodput_size" \
