@@ -70,7 +70,10 @@ struct TxItem {
 };
 
 // One received datagram, in an RX ring buffer owned by the transport. It
-// stays valid until the engine returns it with post_recvs().
+// stays valid until the engine returns it with post_recvs(). The engine
+// returns every packet of a burst before its next rx_burst, and a
+// transport may rely on it: udp with GRO hands out merged packets in its
+// staging buffers and reads no more until they are returned.
 struct RxPacket {
   uint8_t* buf;
   uint32_t len;

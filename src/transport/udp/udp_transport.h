@@ -116,8 +116,7 @@ class UdpTransport final : public Transport {
 
   // --- GRO (rx_burst) ---
   // Merged datagrams are received into staging buffers of a full IP
-  // datagram each, then copied packet by packet into ring buffers as the
-  // engine takes them: the ring keeps one packet per buffer, in order.
+  // datagram each and handed out there, packet by packet, in order.
   size_t rx_burst_gro(std::span<RxPacket> out);
   [[gnu::noinline]] size_t rx_burst_plain(std::span<RxPacket> out);  // see send_plain
   [[gnu::noinline]] size_t take_staged(std::span<RxPacket> out);     // see send_plain
@@ -127,7 +126,7 @@ class UdpTransport final : public Transport {
   struct Staged {
     uint32_t len = 0;       // bytes received
     uint32_t seg = 0;       // packet size (the last one may be shorter)
-    uint32_t consumed = 0;  // bytes already copied into the ring
+    uint32_t consumed = 0;  // bytes already handed out
     uint64_t src_key = 0;
     uint32_t buf_index = 0;  // its staging buffer
   };
@@ -144,6 +143,9 @@ class UdpTransport final : public Transport {
   std::array<Staged, kGroBatch> staged_{};
   size_t staged_head_ = 0;  // the next staged datagram to split
   size_t staged_count_ = 0;
+  // Staged packets handed out and not yet returned; the socket is not read
+  // (into the staging buffers) until they are.
+  size_t staged_out_ = 0;
   size_t stage_dirty_ = 0;
   // messages the last recvmmsg filled (their lengths to reset)
   // Empty polls in a row; from kIdlePolls on, rx_burst polls with
