@@ -146,6 +146,7 @@ class Series:
         self.workload = doc.get("workload") or infer_workload(self.results) or step["workload"]
         if self.system == "?" and self.workload == "cpu":
             self.system = "librpc"  # scripts/cpu_cost.sh measures librpc only
+            transport = "udp"  # over udp on 127.0.0.1
         # What the numbers are used for: the latency sweep is its own kind, so
         # its 32 B point does not mix with the 32 B latency runs.
         # The same-host section's runs are kinds of their own ("samehost_"
