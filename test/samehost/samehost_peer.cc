@@ -7,7 +7,8 @@
 //   samehost_peer client --server URI [--sessions N] [--window W]
 //                        [--sizes 32,4K,64K,1M] [--requests N | --duration-ms D]
 //                        [--request-timeout-ms N] [--failure-timeout-ms N] [--timeout-s S]
-//                        [--expect-peer-exit | --allow-reset [--allow-bad-data]]
+//                        [--expect-peer-exit | --allow-reset [--allow-bad-data]
+//                         [--allow-no-progress]]
 //   samehost_peer scribble --role server|client --scribble-s D [that role's options]
 //
 // A request is `size` bytes: an 8-byte little-endian id, then a pattern
@@ -38,6 +39,8 @@
 //                       or any other Errc, is counted, not a failure: a
 //                       hostile server may rewrite a response (its bytes,
 //                       size or status) in our ring before we copy it
+//   --allow-no-progress (with --allow-reset) no request need succeed: a
+//                       hostile server may stop answering altogether
 //   --expect-peer-exit  stream until the server dies: every session must
 //                       end with kReset and SmErr::kPeerExited, every request
 //                       in flight with kSessionReset; prints "all_ended
@@ -366,6 +369,7 @@ struct Options {
   bool expect_peer_exit = false;
   bool allow_reset = false;
   bool allow_bad_data = false;
+  bool allow_no_progress = false;
 };
 
 rpc::NexusConfig nexus_config(const std::string& uri, uint64_t failure_timeout_ms) {
@@ -773,7 +777,7 @@ int run_client(const Options& o) {
     if (cl.reset == 0) fail("no request completed with kSessionReset");
     if (cl.timed_out != 0) fail("a request timed out");
   } else if (o.allow_reset) {
-    if (cl.ok == 0) fail("no request got through");
+    if (cl.ok == 0 && !o.allow_no_progress) fail("no request got through");
   } else {
     if (ended_while_running != 0) fail("a session ended");
     if (cl.ok != cl.completed) fail("a request did not complete kOk");
@@ -813,6 +817,8 @@ void add_client_options(CLI::App& app, Options& o) {
   app.add_flag("--expect-peer-exit", o.expect_peer_exit, "stream until the server dies");
   app.add_flag("--allow-reset", o.allow_reset, "sessions may end; they are opened again");
   app.add_flag("--allow-bad-data", o.allow_bad_data, "wrong response bytes are not a failure");
+  app.add_flag("--allow-no-progress", o.allow_no_progress,
+               "with --allow-reset: no request need succeed (a hostile server may stop answering)");
 }
 
 }  // namespace
