@@ -46,8 +46,10 @@ struct AppMemoryOptions {
   // Called, on the Rpc's thread, each time the engine lets go of a view of
   // this memory it held (see Rpc::app_memory_in_flight): with the view's
   // data and max_size(). From then on the engine neither reads nor writes
-  // those bytes, and no peer can read them: a server may overwrite a value
-  // it served. Runs inside the engine (an event-loop iteration, or a call
+  // those bytes, and no peer can read them (samehost excepted: a peer's
+  // kernel read already under way when a request failed may still finish,
+  // as for any buffer there; docs/transports.md, "samehost"): a server may
+  // overwrite a value it served. Runs inside the engine (an event-loop iteration, or a call
   // such as destroy_session or ~Rpc): it must not call this Rpc, and must
   // not throw.
   std::function<void(const void* data, size_t size)> on_release;
