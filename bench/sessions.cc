@@ -135,6 +135,9 @@ int run_server(const Options& opt) {
   rpc::RpcConfig config = bench::make_rpc_config(opt.ep, 0);
   if (opt.server_ring != 0) config.rx_ring_size = opt.server_ring;
   config.max_sessions = server_max_sessions(opt);
+  // Every client thread runs on one host here: the server is made for it
+  // (RpcConfig::max_sessions_per_host, by default half of max_sessions).
+  config.max_sessions_per_host = config.max_sessions;
   config.context = &counters;
   rpc::Rpc rpc(nexus, config);
   fmt::print("ready {}\n", nexus.uri());

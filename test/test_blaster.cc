@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "hostile_udp.h"
 #include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
@@ -38,119 +39,10 @@
 using namespace rpc;
 using namespace rpc::detail;
 using namespace rpc::test;
+using namespace rpc::test::hostile;
 using namespace std::chrono_literals;
 
 namespace {
-
-NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
-
-uint16_t port_of_uri(const std::string& uri) {
-  return static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1)));
-}
-
-uint16_t datapath_port(Rpc& rpc) {
-  return static_cast<UdpTransport&>(impl_of(rpc).transport()).local_port();
-}
-
-// Resident set size of this process, from /proc/self/statm.
-size_t rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  size_t pages_total = 0, pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-}
-
-// A plain UDP socket on 127.0.0.1: the attacker. Built on the blaster's
-// own thread too, where Catch2 assertions are not allowed (they are not
-// thread-safe; TSan flagged it): failures throw instead.
-class UdpSock {
- public:
-  UdpSock() {
-    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "socket");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      const int e = errno;
-      ::close(fd_);
-      throw std::system_error(e, std::generic_category(), "bind/getsockname");
-    }
-    port_ = ntohs(addr.sin_port);
-  }
-  ~UdpSock() { ::close(fd_); }
-  UdpSock(const UdpSock&) = delete;
-  UdpSock& operator=(const UdpSock&) = delete;
-
-  uint16_t port() const { return port_; }
-  void send(uint16_t to_port, const void* data, size_t len) const {
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    to.sin_port = htons(to_port);
-    (void)::sendto(fd_, data, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
-  }
-  void send(uint16_t to_port, const std::vector<uint8_t>& bytes) const {
-    send(to_port, bytes.data(), bytes.size());
-  }
-  // One datagram, waiting up to timeout; its size, or -1 if none came.
-  ssize_t recv(uint8_t* buf, size_t cap, std::chrono::milliseconds timeout) const {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
-    return ::recv(fd_, buf, cap, MSG_DONTWAIT);
-  }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
-
-std::vector<uint8_t> pkt(const PktHdr& h, size_t data_len, uint8_t fill = 0x5A) {
-  std::vector<uint8_t> b(kPktHeaderBytes + data_len, fill);
-  h.store(b.data());
-  return b;
-}
-
-PktHdr req_hdr(uint32_t msg_size, SessionNum sn, uint16_t pkt_num = 0, uint64_t req_num = 0) {
-  return PktHdr::make(PktType::kReq, kEcho, msg_size, sn, pkt_num, req_num);
-}
-
-std::vector<uint8_t> sm_bytes(const SmMsg& m) {
-  std::array<uint8_t, kSmMsgBytes> b{};
-  encode_sm_msg(m, b);
-  return {b.begin(), b.end()};
-}
-
-RoutingInfo udp_route(uint16_t port, uint16_t magic = kUdpRoutingMagic) {
-  RoutingInfo r;
-  const UdpRoutingInfo u{htonl(INADDR_LOOPBACK), htons(port), magic};
-  std::memcpy(r.bytes.data(), &u, sizeof(u));
-  return r;
-}
-
-// Data bytes per packet of a udp Rpc with the default mtu_bytes (1500):
-// less the IPv4 and UDP headers and ours. A connect must name it.
-constexpr uint32_t kUdpDefaultDataPerPkt = 1500 - 20 - 8 - kPktHeaderBytes;
-
-// A well-formed connect request, as a client Nexus would send it.
-SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_sn,
-                  uint64_t incarnation = 0x5EED) {
-  SmMsg m;
-  m.type = SmMsgType::kConnectReq;
-  m.transport = rpc::detail::transport_wire_id("udp");
-  m.client_rpc_id = 0;
-  m.server_rpc_id = 1;
-  m.client_session_num = client_sn;
-  m.token = token;
-  m.incarnation = incarnation;
-  m.routing = udp_route(reply_port);
-  m.routing_len = RoutingInfo::kMaxBytes;
-  m.max_data_per_pkt = kUdpDefaultDataPerPkt;
-  m.session_credits = 32;  // what a client at the default config asks
-  return m;
-}
 
 // Legitimate echo requests kept in flight on one session, each checked
 // byte for byte when it completes.
@@ -660,9 +552,11 @@ TEST_CASE("a flood of connect requests never takes a server past its session lim
   // Default failure detection: a remote silent for 1 s is declared failed.
   Nexus server_nexus(local_nexus());
   REQUIRE(server_nexus.register_handler(kEcho, echo_into_response));
+  // (all of it from one host: test_budgets.cc has the per-host share)
   ServerThread server(server_nexus, RpcConfig{.rpc_id = 1,
                                               .rx_ring_size = limits.rx_ring_size,
-                                              .max_sessions = limits.max_sessions});
+                                              .max_sessions = limits.max_sessions,
+                                              .max_sessions_per_host = limits.max_sessions});
   Nexus client_nexus(local_nexus());
   SessionEvents ev;
   Rpc client(client_nexus, RpcConfig{.rpc_id = 0, .session_callback = ev.callback()});

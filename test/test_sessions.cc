@@ -148,7 +148,9 @@ TEST_CASE("a burst of a thousand connects to one server loses none of them") {
   const NexusConfig slow_retry{.uri = "127.0.0.1:0", .sm_retry_ms = 10000, .sm_timeout_ms = 20000};
   Nexus server_nexus(slow_retry);
   REQUIRE(server_nexus.register_handler(kEcho, echo_into_response));
-  ServerThread server(server_nexus, RpcConfig{.rpc_id = 1, .max_sessions = 1100});
+  // (a server made for many sessions from one client host)
+  ServerThread server(server_nexus,
+                      RpcConfig{.rpc_id = 1, .max_sessions = 1100, .max_sessions_per_host = 1100});
   Nexus client_nexus(slow_retry);
   SessionEvents ev;
   Rpc client(client_nexus,

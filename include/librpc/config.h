@@ -130,6 +130,13 @@ struct RpcConfig {
   size_t session_credits = 32;
   // Most sessions (client and server ends) this Rpc keeps at once.
   size_t max_sessions = 1024;
+  // Most server sessions one remote host (an IPv4 address: every process
+  // on it, samehost clients included) may hold open with this Rpc, so that
+  // one client cannot take every session and shut out the others; its
+  // connects beyond it are refused with SmErr::kTooManySessions. 0: half of
+  // max_sessions (at least 1). A server made for many sessions from one
+  // client host (bench/sessions) raises it to max_sessions.
+  size_t max_sessions_per_host = 0;
   // Retransmission timeout floor: a slot that made no progress for the
   // session's RTO rolls back and resends (go-back-N). The RTO is measured
   // as TCP does (RFC 6298: smoothed round trip + 4 x its variation, from
@@ -152,14 +159,25 @@ struct RpcConfig {
   // (RpcStats::partial_requests_abandoned, requests_restarted).
   // docs/reliability.md, "Requests received in part".
   uint32_t partial_request_timeout_ms = 1000;
-  // Server receive budget: bytes held for requests being received or
-  // handled (multi-packet and bulk requests, and copies for background
-  // handlers; single-packet foreground requests cost nothing). A request
-  // beyond it is dropped and counted (RpcStats::drops.rx_budget); the client
-  // retransmits. Per session, 0 means two of the largest messages
-  // (2 x max_msg_size(), within the per-Rpc budget, at least one); per
-  // Rpc, at least the per-session budget.
+  // Server receive budget: bytes a peer makes this Rpc hold. Requests being
+  // received or handled (multi-packet and bulk requests, and copies for
+  // background handlers; single-packet foreground requests cost nothing)
+  // count per session, per remote host and per Rpc; responses a handler
+  // allocated, kept until the slot's next request in case the client asks
+  // again, count per host and per Rpc. A request beyond a budget is dropped
+  // and counted (RpcStats::drops.rx_budget), and the client retransmits; a
+  // new request is also refused while its host or the Rpc is at or over its
+  // budget (a response cannot be refused: its request was taken). What a
+  // refusal may then drop to make room, so that nobody waits forever: a
+  // stale request received in part (partial_request_timeout_ms), and a
+  // response sent in full at least that long ago, whose client, if it asks
+  // again, gets Errc::kResponseDropped (docs/reliability.md, "Budgets").
+  // Per session, 0 means two of the largest messages (2 x max_msg_size(),
+  // within the per-Rpc budget, at least one); per host, 0 means half the
+  // per-Rpc budget, at least the per-session one; per Rpc, at least the
+  // per-host budget.
   size_t rx_budget_per_session_bytes = 0;
+  size_t rx_budget_per_host_bytes = 0;
   size_t rx_budget_per_rpc_bytes = size_t{64} << 20;
   // Registered memory this Rpc holds for message buffers, the
   // application's and its own (requests being received, responses, each

@@ -32,6 +32,12 @@ enum class [[nodiscard]] Errc : uint8_t{
                  // RpcConfig::request_timeout_ms (the session was reset)
     kCancelled,  // Rpc::cancel() was called for the request
     kAppError,   // the handler answered with an application error: Completion::app_error
+    // The handler ran, but the server dropped its response before this
+    // client had it (the response was not asked for again for
+    // partial_request_timeout_ms while the server's receive budget was
+    // full: RpcConfig::rx_budget_per_rpc_bytes). Not retried: the handler
+    // ran once.
+    kResponseDropped,
 };
 
 RPC_EXPORT std::string_view to_string(Errc errc);

@@ -18,7 +18,7 @@ struct DropCounters {
   uint64_t stale = 0;            // old req_num or duplicate packet
   uint64_t out_of_order = 0;     // ahead of the next expected packet
   uint64_t busy = 0;             // the slot cannot take it now
-  uint64_t rx_budget = 0;        // would exceed the session's or Rpc's receive budget
+  uint64_t rx_budget = 0;        // would exceed the session's, host's or Rpc's receive budget
   uint64_t out_of_memory = 0;    // no buffer for the request could be allocated
   uint64_t oversized = 0;        // longer than our packet size (a peer with another MTU)
   // Arrived with every receive buffer full, so never reached the engine
@@ -112,6 +112,15 @@ struct RpcStats {
   uint64_t ring_entries_reserved = 0;
   uint64_t ring_credits_overcommitted = 0;
   DropCounters drops;
+  // Server: cached responses dropped to make room when the receive budget
+  // refused a request (their clients get Errc::kResponseDropped should they
+  // ask again), and connects refused because the remote host held
+  // RpcConfig::max_sessions_per_host sessions.
+  uint64_t responses_dropped = 0;
+  uint64_t sessions_refused_host_share = 0;
+  // A level: bytes of the Rpc's receive budget held now (requests being
+  // received or handled, cached responses).
+  uint64_t rx_budget_bytes = 0;
 };
 
 // The session-management channel of one Nexus: SM messages, failure

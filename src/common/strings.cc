@@ -37,6 +37,9 @@ std::string_view to_string(Errc errc) {
       return "the request was cancelled";
     case Errc::kAppError:
       return "the handler answered with an application error";
+    case Errc::kResponseDropped:
+      return "the handler ran, but the server dropped its response before it arrived (its "
+             "receive budget was full)";
   }
   return "unknown error";
 }

@@ -165,6 +165,11 @@ void RpcImpl::release_view(const MsgBuffer& m) {
 }
 
 void RpcImpl::free_dyn_resp(ServerSlot& slot) {
+  if (slot.resp_budget_bytes != 0) {  // the response's charge (apply_response)
+    slot.session->host->budget_bytes -= slot.resp_budget_bytes;
+    rx_budget_used_bytes_ -= slot.resp_budget_bytes;
+    slot.resp_budget_bytes = 0;
+  }
   if (!slot.dyn_resp.valid()) return;
   if (slot.dyn_resp.is_app_view()) release_view(slot.dyn_resp);
   free_msg_buffer(slot.dyn_resp);

@@ -96,7 +96,8 @@ void RpcImpl::free_bulk_read(uint32_t index) {
 
 // The server stops waiting for a request's read (session ended, or the
 // client moved on): the read keeps the buffer, and the Rpc's receive
-// budget stays charged for it, until the transport reports it done.
+// budget (not the session's or its host's: they may be gone) stays
+// charged for it, until the transport reports it done.
 void RpcImpl::orphan_server_read(ServerSlot& slot) {
   BulkRead& r = bulk_reads_[slot.bulk_read];
   slot.bulk_read = kNoBulkRead;
@@ -105,6 +106,7 @@ void RpcImpl::orphan_server_read(ServerSlot& slot) {
   r.buf = slot.req_buf;
   r.budget_bytes = slot.rx_budget_bytes;
   slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+  slot.session->host->budget_bytes -= slot.rx_budget_bytes;
   slot.rx_budget_bytes = 0;
   slot.owns_req_buf = false;
   slot.req_buf = MsgBuffer();

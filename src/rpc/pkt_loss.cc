@@ -6,7 +6,8 @@
 // The same scan bounds waiting: a request that hears nothing for
 // request_timeout_ms fails and resets its session. A server keeps what it
 // received of a request for as long as the session lives, and drops a
-// stale one only to make room for others, telling its client.
+// stale one only to make room for others, telling its client; likewise a
+// cached response sent long ago (docs/reliability.md, "Budgets").
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
@@ -54,25 +55,62 @@ bool RpcImpl::scan_client_session(Session& session) {
   return true;
 }
 
+// What a server session holds of the receive budget, given back when a
+// budget it counts against (its own, its host's, the Rpc's) refused a
+// request while the holding was stale.
+//
 // Requests received in part (docs/reliability.md). Dropping one for time
 // alone threw progress away under heavy loss: eight 128 KB requests at 30 %
 // loss each went silent for a second now and then, were dropped, started
 // over from packet 0, and never completed. So what arrived is kept, and a
-// request is dropped only when the receive budget it holds refused another
-// request while it was stale: silent for partial_request_timeout_ms, or
-// arriving slower than kMinRxBytesPerSec overall (a trickle that squats on
-// the budget). Its client is told (abandon_partial_request) and starts it
-// over; one that is only slow loses its progress, but only to a request
-// that needed the room.
+// request is dropped only when a budget it holds refused another request
+// while it was stale: silent for partial_request_timeout_ms, or behind
+// kMinRxBytesPerSec since its first packet, counting what has arrived
+// (a trickle that squats on the budget: judged by the whole message's
+// size instead, a 16 MiB request could trickle for 17 minutes). Its
+// client is told (abandon_partial_request) and starts it over; one that is
+// only slow loses its progress, but only to a request that needed the
+// room.
+//
+// Cached responses: one whose client has not asked for any of it (by the
+// request again, or an RFR) for partial_request_timeout_ms is dropped
+// (drop_settled_response). An honest client has it, or asks again within
+// its RTO (at most a second unless rto_us is higher), so this takes from
+// clients that leave responses in our memory: without it,
+// a client that has its answer but sends no further request on that slot
+// would hold the budget, and the refused request wait, forever.
 void RpcImpl::scan_server_session(Session& session) {
-  const uint64_t refused_ns = std::max(rx_budget_refused_ns_, session.rx_budget_refused_ns);
+  const uint64_t refused_ns =
+      std::max({rx_budget_refused_ns_, session.rx_budget_refused_ns, session.host->refused_ns});
   if (refused_ns == 0) return;
+  const size_t dpp = caps_.max_data_per_pkt;
   for (ServerSlot& slot : session.sslots) {
+    if (slot.state == ServerSlotState::kResponded) {
+      if (slot.resp_budget_bytes != 0 &&
+          refused_ns >= slot.resp_sent_ns + partial_request_timeout_ns_)
+        drop_settled_response(slot);
+      continue;
+    }
     if (slot.state != ServerSlotState::kReceiving) continue;
+    const uint64_t behind_since_ns =
+        slot.rx_start_ns + partial_request_timeout_ns_ +
+        uint64_t{slot.req_rx * dpp} * 1'000'000'000 / kMinRxBytesPerSec;
     const uint64_t stale_since_ns =
-        std::min(slot.rx_progress_ns + partial_request_timeout_ns_, slot.rx_deadline_ns);
+        std::min(slot.rx_progress_ns + partial_request_timeout_ns_, behind_since_ns);
     if (refused_ns >= stale_since_ns) abandon_partial_request(session, slot);
   }
+}
+
+// The slot's response goes, its request number stays: the handler never
+// runs again for it, and a client that asks for it again is told
+// (server_send_resp_pkt), and fails the request with kResponseDropped.
+void RpcImpl::drop_settled_response(ServerSlot& slot) {
+  stats_.responses_dropped++;
+  if (slot.resp_exposure.active()) transport_->revoke_exposure(slot.resp_exposure);
+  free_dyn_resp(slot);
+  slot.resp = nullptr;
+  slot.resp_bulk = false;
+  slot.resp_dropped = true;
 }
 
 void RpcImpl::rollback(ClientSlot& slot) {

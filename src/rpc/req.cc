@@ -280,22 +280,20 @@ void RpcImpl::set_slot_state(ServerSlot& slot, ServerSlotState to) {
 }
 
 // Request buffers come out of the receive budget: a peer cannot make this
-// Rpc hold more than rx_budget_per_session_bytes per session and
-// rx_budget_per_rpc_bytes in all, whatever sizes its first packets claim.
+// Rpc hold more than rx_budget_per_session_bytes per session,
+// rx_budget_per_host_bytes per remote host and rx_budget_per_rpc_bytes in
+// all, whatever sizes its first packets claim.
 bool RpcImpl::alloc_req_buf(Session& session, ServerSlot& slot, size_t size) {
   const size_t bytes = std::max<size_t>(size, 1);
   // A refusal is what lets the loss scan drop stale requests received in
-  // part to make room (scan_server_session): never time alone.
+  // part, and settled responses, to make room (scan_server_session): never
+  // time alone.
   if (session.rx_budget_bytes + bytes > rx_budget_per_session_bytes_) {
     session.rx_budget_refused_ns = now_ns_;
     stats_.drops.rx_budget++;
     return false;
   }
-  if (rx_budget_used_bytes_ + bytes > rx_budget_per_rpc_bytes_) {
-    rx_budget_refused_ns_ = now_ns_;
-    stats_.drops.rx_budget++;
-    return false;
-  }
+  if (!budget_admits(session, bytes)) return false;
   slot.req_buf = alloc_msg_buffer(size);
   if (!slot.req_buf.valid()) {
     stats_.drops.out_of_memory++;
@@ -304,7 +302,28 @@ bool RpcImpl::alloc_req_buf(Session& session, ServerSlot& slot, size_t size) {
   slot.owns_req_buf = true;
   slot.rx_budget_bytes = bytes;
   session.rx_budget_bytes += bytes;
+  session.host->budget_bytes += bytes;
   rx_budget_used_bytes_ += bytes;
+  return true;
+}
+
+// Whether the session's host and the Rpc have room for `bytes` more (0: a
+// new request, which must find them under budget); a refusal is recorded
+// for the loss scan (scan_server_session) and counted.
+bool RpcImpl::budget_admits(Session& session, size_t bytes) {
+  RemoteHost& host = *session.host;
+  if (host.budget_bytes + bytes > rx_budget_per_host_bytes_ ||
+      (bytes == 0 && host.budget_bytes >= rx_budget_per_host_bytes_)) {
+    host.refused_ns = now_ns_;
+    stats_.drops.rx_budget++;
+    return false;
+  }
+  if (rx_budget_used_bytes_ + bytes > rx_budget_per_rpc_bytes_ ||
+      (bytes == 0 && rx_budget_used_bytes_ >= rx_budget_per_rpc_bytes_)) {
+    rx_budget_refused_ns_ = now_ns_;
+    stats_.drops.rx_budget++;
+    return false;
+  }
   return true;
 }
 
@@ -313,6 +332,7 @@ void RpcImpl::free_req_buf(ServerSlot& slot) {
     free_msg_buffer(slot.req_buf);
     slot.owns_req_buf = false;
     slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+    slot.session->host->budget_bytes -= slot.rx_budget_bytes;
     rx_budget_used_bytes_ -= slot.rx_budget_bytes;
     slot.rx_budget_bytes = 0;
   }
@@ -361,10 +381,19 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   set_slot_state(slot, ServerSlotState::kIdle);
   slot.has_req = true;
   slot.abandoned = false;
+  slot.resp_dropped = false;
   slot.req_num = hdr.req_num();
+  // Nothing new while the client's host or the Rpc holds its budget or
+  // more, whatever the request's size: even a one-packet request may get a
+  // large response (a GET), charged when the handler gives it.
+  if (!budget_admits(session, 0)) [[unlikely]] {  // the client retries
+    slot.has_req = false;
+    return;
+  }
   ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
   slot.req_rx = 0;
   slot.rx_progress_ns = now_ns_;
+  slot.rx_start_ns = now_ns_;
   const uint32_t msg_size = hdr.msg_size();
   if (hdr.bulk()) {
     slot.req_pkts = 1;
@@ -394,8 +423,6 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   set_slot_state(slot, ServerSlotState::kReceiving);
-  slot.rx_deadline_ns = now_ns_ + partial_request_timeout_ns_ +
-                        uint64_t{msg_size} * 1'000'000'000 / kMinRxBytesPerSec;
   tx_credit_return(session, hdr.req_type(), 0, slot.req_num);
 }
 

@@ -70,6 +70,13 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
       hold_view(resp, "enqueue_response");
     slot.dyn_resp = resp;  // the Rpc owns it now
     slot.resp = &slot.dyn_resp;
+    // Kept until the slot's next request, for a client that asks again:
+    // what it holds is charged to the client's host and the Rpc (never
+    // refused: the request was taken), and new requests wait while they
+    // are over budget (server_new_req).
+    slot.resp_budget_bytes = std::max<size_t>(resp.max_size(), 1);
+    session.host->budget_bytes += slot.resp_budget_bytes;
+    rx_budget_used_bytes_ += slot.resp_budget_bytes;
   }
   slot.status = static_cast<uint8_t>(status);
   // The request buffer is no longer needed; a zero-copy view dies with the
@@ -96,6 +103,12 @@ void RpcImpl::finish_pending_handler(Session& session) {
 }
 
 void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num) {
+  slot.resp_sent_ns = now_ns_;
+  if (slot.resp_dropped) [[unlikely]] {  // dropped to make room (drop_settled_response)
+    tx_ctrl(session, PktHdr::make(PktType::kResp, slot.handle.req_type(), 0, session.remote_num, 0,
+                                  slot.req_num, false, RespStatus::kResponseDropped));
+    return;
+  }
   MsgBuffer& resp = *slot.resp;
   const auto size = static_cast<uint32_t>(resp.size());
   const auto status = static_cast<RespStatus>(slot.status);
@@ -122,6 +135,18 @@ void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uin
   if (slot_ptr == nullptr) return;
   ClientSlot& slot = *slot_ptr;
   const size_t pkt_num = hdr.pkt_num();
+  // The server ran the request but dropped its response to make room: it
+  // answers the request or any RFR of it so, whatever we had of it
+  // (client_complete gives back the credits of what is in flight).
+  if (hdr.status() == RespStatus::kResponseDropped) [[unlikely]] {
+    if (slot.num_tx <= slot.req_pkts - 1) {  // not answering anything we sent yet
+      stats_.drops.stale++;
+      return;
+    }
+    client_complete(slot, slot.pending_end != Errc::kOk ? slot.pending_end : Errc::kResponseDropped,
+                    0);
+    return;
+  }
   if (!client_accept(slot, slot.req_pkts - 1 + pkt_num)) return;
   if (slot.pending_end != Errc::kOk) [[unlikely]] {  // given up; the server is done reading it
     client_complete(slot, slot.pending_end, 0);

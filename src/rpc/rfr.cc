@@ -21,6 +21,10 @@ void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
     stats_.drops.stale++;
     return;
   }
+  if (slot.resp_dropped) [[unlikely]] {  // to make room: the client is told (pkt_loss.cc)
+    server_send_resp_pkt(session, slot, 0);
+    return;
+  }
   if (slot.resp_bulk || hdr.pkt_num() == 0 || hdr.pkt_num() >= slot.resp->num_pkts()) {
     stats_.drops.bad_header++;
     return;

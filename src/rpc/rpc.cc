@@ -114,6 +114,26 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
                     rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
   }
+  // Default: half the Rpc's, so that one host (one client machine, or an
+  // attacker) leaves the other half to everyone else.
+  rx_budget_per_host_bytes_ =
+      config.rx_budget_per_host_bytes != 0
+          ? config.rx_budget_per_host_bytes
+          : std::max(rx_budget_per_session_bytes_, rx_budget_per_rpc_bytes_ / 2);
+  if (rx_budget_per_host_bytes_ < rx_budget_per_session_bytes_ ||
+      rx_budget_per_host_bytes_ > rx_budget_per_rpc_bytes_) {
+    throw Error(fmt::format(
+        "Rpc: rx_budget_per_host_bytes ({}) must be within the per-session ({}) and per-Rpc ({}) "
+        "budgets",
+        rx_budget_per_host_bytes_, rx_budget_per_session_bytes_, rx_budget_per_rpc_bytes_));
+  }
+  max_sessions_per_host_ = config.max_sessions_per_host != 0
+                               ? config.max_sessions_per_host
+                               : std::max<size_t>(1, config.max_sessions / 2);
+  if (max_sessions_per_host_ > config.max_sessions) {
+    throw Error(fmt::format("Rpc: max_sessions_per_host ({}) is above max_sessions ({})",
+                            max_sessions_per_host_, config.max_sessions));
+  }
   if (config.max_msg_buffer_bytes < std::max(rx_budget_per_rpc_bytes_, Allocator::kChunkBytes)) {
     throw Error(fmt::format(
         "Rpc: max_msg_buffer_bytes ({}) must be at least rx_budget_per_rpc_bytes ({}) and 2 MiB",

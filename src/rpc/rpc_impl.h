@@ -86,9 +86,11 @@ struct BgResponse {
 // Session-management requests from the network waiting for the Rpc thread:
 // more are dropped (the peer retransmits), so a flood cannot grow memory.
 inline constexpr size_t kMaxQueuedSmRequests = 1024;
-// A request received in part must arrive at least this fast overall, or be
-// dropped: a peer trickling packets just inside the silence timeout would
-// otherwise hold its share of the receive budget for as long as it likes.
+// A request received in part must arrive at least this fast, counted from
+// its first packet over the bytes that have arrived (after a grace of
+// partial_request_timeout_ms), or be dropped when the budget is needed: a
+// peer trickling packets just inside the silence timeout would otherwise
+// hold its share of the receive budget for as long as it likes.
 // Low enough for a legitimate client slowed by congestion control: one of
 // 32 clients of an incast through a 200 Mbit/s link gets 0.8 MB/s, and an
 // earlier floor of 10 MB/s made the server drop every such client's 1 MiB
@@ -169,6 +171,7 @@ class RpcImpl final : public RpcEndpoint {
     stats_.sm_requests_dropped = sm_requests_dropped_.load(std::memory_order_relaxed);
     stats_.msg_buffer_allocs_over_limit = allocator_->limit_failures();
     stats_.msg_buffer_bytes = allocator_->bytes_reserved();
+    stats_.rx_budget_bytes = rx_budget_used_bytes_;
     return stats_;
   }
   size_t max_msg_size() const { return max_msg_size_; }
@@ -250,6 +253,7 @@ class RpcImpl final : public RpcEndpoint {
   void release_server_slot(ServerSlot& slot);
   void set_slot_state(ServerSlot& slot, ServerSlotState to);
   bool alloc_req_buf(Session& session, ServerSlot& slot, size_t size);
+  bool budget_admits(Session& session, size_t bytes);
   void free_req_buf(ServerSlot& slot);
   void abandon_partial_request(Session& session, ServerSlot& slot);
   // resp.cc
@@ -301,6 +305,7 @@ class RpcImpl final : public RpcEndpoint {
   void scan_for_loss();
   bool scan_client_session(Session& session);
   void scan_server_session(Session& session);
+  void drop_settled_response(ServerSlot& slot);
   void rollback(ClientSlot& slot);
   void time_out_request(ClientSlot& slot);
   // sm.cc
@@ -415,8 +420,10 @@ class RpcImpl final : public RpcEndpoint {
   bool flushed_outside_loop_ = false;  // flush_if_outside_loop since the loop last ran
   bool destroying_ = false;            // ~RpcImpl runs: no new requests or sessions
 
-  // Receive budget (server): bytes held for requests being received or handled.
+  // Receive budget (server): bytes held for requests being received or
+  // handled, and for cached responses (docs/reliability.md, "Budgets").
   size_t rx_budget_per_session_bytes_ = 0;
+  size_t rx_budget_per_host_bytes_ = 0;
   size_t rx_budget_per_rpc_bytes_ = 0;
   size_t rx_budget_used_bytes_ = 0;
   uint64_t rx_budget_refused_ns_ = 0;  // the last request refused for the per-Rpc budget
@@ -429,6 +436,10 @@ class RpcImpl final : public RpcEndpoint {
   size_t ring_overcommit_ = 0;                  // credits of sessions beyond them
   mutable uint64_t rx_drops_refreshed_ns_ = 0;  // stats(): transport drops last read
   std::unordered_map<uint64_t, SessionNum> server_sessions_by_token_;
+  // The remote hosts of server sessions, by IPv4 address: an entry lives
+  // while the host has a session (Session::host points into it).
+  std::unordered_map<uint32_t, RemoteHost> hosts_;
+  size_t max_sessions_per_host_ = 0;
   std::unordered_set<uint64_t> tombstones_;  // tokens of ended server sessions
   std::deque<uint64_t> tombstone_fifo_;      // the same, oldest first
 

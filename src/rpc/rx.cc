@@ -16,7 +16,7 @@ size_t RpcImpl::process_rx() {
 bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
   const size_t dpp = caps_.max_data_per_pkt;
   const size_t msg_size = hdr.msg_size();
-  if (hdr.status() > RespStatus::kAppError) return false;  // no such status
+  if (hdr.status() > RespStatus::kResponseDropped) return false;  // no such status
   if (hdr.restart()) {  // a header-only notice about one request (rpc/pkt_loss.cc)
     return hdr.pkt_type() == PktType::kExplCr && hdr.status() == RespStatus::kOk && !hdr.bulk() &&
            hdr.pkt_num() == 0 && msg_size == 0 && data_len == 0;
@@ -25,6 +25,10 @@ bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
   if (hdr.status() == RespStatus::kAppError) {
     return hdr.pkt_type() == PktType::kResp && !hdr.bulk() && hdr.pkt_num() == 0 &&
            msg_size == kAppErrorBytes && data_len == kAppErrorBytes;
+  }
+  if (hdr.status() == RespStatus::kResponseDropped) {  // a header-only notice
+    return hdr.pkt_type() == PktType::kResp && !hdr.bulk() && hdr.pkt_num() == 0 && msg_size == 0 &&
+           data_len == 0;
   }
   switch (hdr.pkt_type()) {
     case PktType::kRfr:

@@ -111,6 +111,15 @@ void RpcImpl::free_session(Session& session) {
     server_sessions_by_token_.erase(session.sm_token);
     add_tombstone(session.sm_token);
   }
+  if (session.host != nullptr) {
+    RemoteHost& host = *session.host;
+    session.host = nullptr;
+    if (--host.server_sessions == 0) {
+      // Its slots gave back what they held (release_server_slot above).
+      RPC_ASSERT(host.budget_bytes == 0, "a remote host with no session holds budget");
+      hosts_.erase(host.ipv4);
+    }
+  }
   if (session.holds_remote_ref) nexus_.release_remote(session.remote_nexus);
   if (session.route_resolved) transport_->release_remote_routing_info(session.remote_route);
   if (session.offer_pending) transport_->cancel_connect(session.local_offer);

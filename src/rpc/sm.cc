@@ -114,6 +114,12 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   if (num_sessions_ >= config_.max_sessions) {
     return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
   }
+  // One host may not take every session (and shut the others out).
+  auto host_it = hosts_.find(d.from.ipv4);
+  if (host_it != hosts_.end() && host_it->second.server_sessions >= max_sessions_per_host_) {
+    stats_.sessions_refused_host_share++;
+    return send_sm_resp(m, d.from, SmErr::kTooManySessions, kInvalidSessionNum);
+  }
   RoutingInfo route = m.routing;
   if (!transport_->resolve_remote_routing_info(route)) {
     return send_sm_resp(m, d.from, SmErr::kInvalidRoutingInfo, kInvalidSessionNum);
@@ -127,6 +133,9 @@ void RpcImpl::handle_connect_req(const SmDelivery& d) {
   }
   s->remote_num = m.client_session_num;
   s->remote_rpc_id = m.client_rpc_id;
+  if (host_it == hosts_.end()) host_it = hosts_.emplace(d.from.ipv4, RemoteHost{d.from.ipv4}).first;
+  s->host = &host_it->second;
+  s->host->server_sessions++;
   hold_remote(*s, d.from, m.incarnation);
   s->remote_route = route;
   s->route_resolved = true;

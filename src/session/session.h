@@ -189,12 +189,12 @@ struct ServerSlot {
   uint64_t req_num = 0;
   size_t req_pkts = 0;
   size_t req_rx = 0;           // request packets received in order
-  size_t rx_budget_bytes = 0;  // of the session's and Rpc's receive budget, held by req_buf
+  size_t rx_budget_bytes = 0;  // of the session's, host's and Rpc's receive budget, held by req_buf
   // The part received of request req_num was dropped to make room for
   // others (!has_req): its later packets are answered with a restart notice.
   bool abandoned = false;
   uint64_t rx_progress_ns = 0;  // last request packet accepted (partial-request timeout)
-  uint64_t rx_deadline_ns = 0;  // the whole request must have arrived by then
+  uint64_t rx_start_ns = 0;     // packet 0 accepted: the request's arrival rate is measured from it
   MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
   MsgBuffer* resp = nullptr;    // response being served: &handle.pre_resp_ or &dyn_resp
   MsgBuffer dyn_resp;           // a handler-allocated response, freed with the next request
@@ -204,6 +204,11 @@ struct ServerSlot {
   uint32_t bulk_read = kNoBulkRead;  // the request's read in flight
   ReqHandle handle;
   uint8_t status = 0;  // RespStatus of the cached response
+  // The cached response was dropped to make room (RpcImpl::drop_settled_response):
+  // the request and RFRs for it are answered with RespStatus::kResponseDropped.
+  bool resp_dropped = false;
+  size_t resp_budget_bytes = 0;  // of the host's and Rpc's budget, held by dyn_resp
+  uint64_t resp_sent_ns = 0;     // a packet of the cached response last went out
 };
 
 // The request slots of one end of a session, allocated when first needed:
@@ -240,6 +245,17 @@ struct BacklogEntry {
   uint64_t deadline_ns = 0;
 };
 
+// A remote host (an IPv4 address) as a server sees it: the sessions it
+// opened and what they hold of the receive budget, so that no one host
+// takes more than its share (RpcConfig::max_sessions_per_host,
+// rx_budget_per_host_bytes; docs/reliability.md, "Budgets").
+struct RemoteHost {
+  uint32_t ipv4 = 0;
+  size_t server_sessions = 0;
+  size_t budget_bytes = 0;  // requests being received or handled, and cached responses
+  uint64_t refused_ns = 0;  // the last request refused for this host's share, 0: none
+};
+
 struct Session {
   SessionRole role = SessionRole::kClient;
   SessionState state = SessionState::kConnecting;
@@ -274,6 +290,7 @@ struct Session {
   size_t backlog_deadlines = 0;       // entries of the backlog with a deadline
   size_t pending_handlers = 0;        // server: handlers not yet responded
   size_t rx_budget_bytes = 0;         // server: bytes of requests being received or handled
+  RemoteHost* host = nullptr;         // server: the remote host's share (RpcImpl::hosts_)
   uint64_t rx_budget_refused_ns = 0;  // server: the last request refused for the session's
                                       // budget (rpc/pkt_loss.cc), 0 if none
   SessionStats stats;

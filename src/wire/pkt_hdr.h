@@ -29,6 +29,10 @@ enum class RespStatus : uint8_t {
   kNoHandler = 1,      // the server has no handler for req_type
   kHandlerFailed = 2,  // the handler threw before responding
   kAppError = 3,       // the handler answered with an application error: 4 bytes, little-endian
+  // The server dropped the cached response of this request to make room
+  // (rpc/pkt_loss.cc): one header-only packet 0, answering the request
+  // or any RFR of it.
+  kResponseDropped = 4,
 };
 // The payload of a kAppError response: the code.
 inline constexpr size_t kAppErrorBytes = 4;
