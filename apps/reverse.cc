@@ -49,7 +49,10 @@ void handle_reverse(rpc::ReqHandle& h) {
   rpc::MsgBuffer* resp = &h.pre_resp_buffer();
   rpc::MsgBuffer large;
   if (size > resp->max_size()) {
-    large = h.rpc().alloc_msg_buffer(size);  // the Rpc frees it after sending
+    // The Rpc owns it once enqueued: it keeps it, charged to the client's
+    // share of its receive budget, until the slot's next request (a lost
+    // answer is sent again from it), and frees it then.
+    large = h.rpc().alloc_msg_buffer(size);
     if (!large.valid()) {
       // Answer with an empty message rather than leave the client waiting;
       // it reports the size mismatch.

@@ -127,7 +127,7 @@ void Replica::respond(rpc::ReqHandle& h, const smr::KvReply& reply) {
     return;
   }
   std::memcpy(big.data(), bytes.data(), bytes.size());
-  rpc_->enqueue_response(h, big);  // the Rpc frees it
+  rpc_->enqueue_response(h, big);  // the Rpc's now, until the slot's next request
 }
 
 void Replica::serve_clients() {

@@ -16,13 +16,19 @@
 #   five         five replicas; two leaders SIGKILLed one after the other:
 #                the remaining three (a majority) still commit, and every
 #                acknowledged write reads back
+#   hostile      while one client (127.0.0.3) takes every session the
+#                leader gives one host and another (127.0.0.4) leaves 4 KB
+#                answers cached on every slot of 64 sessions, a client on a
+#                third address (127.0.0.2) still writes and reads back
+#                (test/hostile_client.cc; docs/reliability.md, "Budgets")
 #
-#   run_smr_loopback.sh REPLICA CLIENT CHECKER
+#   run_smr_loopback.sh REPLICA CLIENT CHECKER HOSTILE
 set -u
 REPLICA=$1
 CLIENT=$2
 CHECKER=$3
-for p in "$REPLICA" "$CLIENT"; do [ -x "$p" ] || { echo "not executable: $p" >&2; exit 2; }; done
+HOSTILE=$4
+for p in "$REPLICA" "$CLIENT" "$HOSTILE"; do [ -x "$p" ] || { echo "not executable: $p" >&2; exit 2; }; done
 WORK=$(mktemp -d /tmp/librpc-smr.XXXXXX)
 ELECTION_MS=500
 HEARTBEAT_MS=50
@@ -55,6 +61,43 @@ if [[ ${got:-} == value=world* ]]; then
   pass "put-get ($out; $got)"
 else
   fail "put-get: put said '$out', get said '${got:-}'"
+fi
+
+# --- hostile: the leader's sessions and cached answers, taken from two
+# other hosts at once (the replicas and the honest client are hosts of
+# their own); the default per-host share is half of max_sessions (1024)
+leader=$(current_leader)
+leader_uri=127.0.0.1:$((BASE + leader - 1))
+value=$(head -c 4000 /dev/zero | tr '\0' v)
+client put big "$value" >/dev/null 2>&1
+# GET "big": op 2, key length 3, value length 0, "big", zeros to 16 bytes
+get_big=02030000000000626967000000000000
+"$HOSTILE" --server "$leader_uri" --rpc-id 0 --ip 127.0.0.3 --hold-ms 4000 sessions --count 600 \
+  >"$WORK/hostile-sessions.log" 2>&1 &
+h1=$!
+"$HOSTILE" --server "$leader_uri" --rpc-id 0 --ip 127.0.0.4 --hold-ms 4000 requests --sessions 64 \
+  --req-type 21 --payload-hex "$get_big" --resp-bytes 8192 >"$WORK/hostile-requests.log" 2>&1 &
+h2=$!
+EXTRA_PIDS+=("$h1" "$h2")
+sleep 1.5
+honest() { timeout 60 "$CLIENT" --peers "$PEERS" --uri 127.0.0.2:0 "$@"; }
+out=$(honest put during attack 2>&1) && got=$(honest get during 2>&1)
+wait "$h1"
+h1rc=$?
+wait "$h2"
+h2rc=$?
+sessions_line=$(grep '^sessions' "$WORK/hostile-sessions.log")
+requests_line=$(grep '^requests' "$WORK/hostile-requests.log")
+if [[ ${got:-} != value=attack* ]]; then
+  fail "hostile: the honest client's put said '$out', get said '${got:-}' ($sessions_line; $requests_line)"
+elif [[ $sessions_line != "sessions accepted=512 refused=88" ]] || [ $h1rc -ne 0 ] || [ $h2rc -ne 0 ]; then
+  fail "hostile: '$sessions_line' (exit $h1rc), '$requests_line' (exit $h2rc)"
+elif ! [[ $requests_line =~ ok=([0-9]+) ]] || [ "${BASH_REMATCH[1]}" -lt 1 ]; then
+  fail "hostile: the cached-answers client got none: '$requests_line'"
+elif [ -z "$(current_leader)" ]; then
+  fail "hostile: no leader afterwards"
+else
+  pass "hostile ($sessions_line; $requests_line; honest: $got)"
 fi
 
 # --- failover
