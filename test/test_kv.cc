@@ -27,7 +27,9 @@
 #include "workload.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#include <sanitizer/allocator_interface.h>
+// The sanitizers' allocators replace malloc (mallinfo2 sees nothing) and
+// count what they hand out; declared here, as GCC ships no header for it.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
 namespace {

@@ -76,9 +76,9 @@ bool RpcImpl::scan_client_session(Session& session) {
 // request again, or an RFR) for partial_request_timeout_ms is dropped
 // (drop_settled_response). An honest client has it, or asks again within
 // its RTO (at most a second unless rto_us is higher), so this takes from
-// clients that leave responses in our memory: without it,
-// a client that has its answer but sends no further request on that slot
-// would hold the budget, and the refused request wait, forever.
+// clients that leave responses in our memory. Without it, a client that has
+// its answer but sends no further request on that slot would hold the
+// budget, and the refused request would wait for as long as it likes.
 void RpcImpl::scan_server_session(Session& session) {
   const uint64_t refused_ns =
       std::max({rx_budget_refused_ns_, session.rx_budget_refused_ns, session.host->refused_ns});
