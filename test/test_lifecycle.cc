@@ -318,6 +318,59 @@ TEST_CASE("requests beyond the receive budget wait their turn and complete") {
   CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 6000);
 }
 
+// docs/reliability.md, "Budgets": a cached response counts against the
+// receive budget; one its client has not asked for in
+// partial_request_timeout_ms is dropped when a refused request needs the
+// room, and the client that asks for it after all is told.
+TEST_CASE(
+    "a settled response dropped to make room is answered with kResponseDropped and never rerun") {
+  // Given a server with an 8 KiB budget and a 50 ms settle time, and a
+  // client whose 6,000-byte echo A has been handled, but whose answer and
+  // resends are lost for now (A's response holds 6,000 of the budget)
+  Pair p(RpcConfig{.partial_request_timeout_ms = 50,
+                   .rx_budget_per_session_bytes = 8192,
+                   .rx_budget_per_rpc_bytes = 8192},
+         RpcConfig{.rto_us = 5000});
+  p.use_manual_clock();
+  std::atomic<bool> cut_a{true};
+  std::atomic<bool> a_handled{false};  // (the filter runs inside the fake network: no Rpc calls)
+  FakeNetwork::instance().set_filter([&](const FakePacket& pkt) {
+    const PktHdr h = PktHdr::load(pkt.bytes.data());
+    const bool of_a = h.msg_size() == 6000;  // A's request and response packets
+    const bool cut = cut_a && of_a && (h.pkt_type() == PktType::kResp || a_handled);
+    return cut ? FakeVerdict::kDrop : FakeVerdict::kDeliver;
+  });
+  Call a(*p.client, 6000);
+  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 20 && p.server->stats().handlers_run == 0; i++) p.advance(1ms);
+  REQUIRE(p.server->stats().handlers_run == 1);
+  a_handled = true;
+  CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 6000);
+  // When another request B of 6,001 bytes needs the room (refused while
+  // A's response holds it)
+  Call b(*p.client, 6001);
+  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int ms = 0; ms < 200 && b.runs == 0; ms++) p.advance(1ms);
+  // Expect A's response dropped once it had settled, and B through
+  CHECK(p.server->stats().drops.rx_budget > 0);
+  CHECK(p.server->stats().responses_dropped == 1);
+  REQUIRE(b.runs == 1);
+  CHECK(b.errc == Errc::kOk);
+  CHECK(check_pattern(b.resp, 6001, 6001));
+  // and, once A's resends get through, A ended with kResponseDropped, its
+  // handler run once
+  cut_a = false;
+  for (int ms = 0; ms < 2000 && a.runs == 0; ms++) p.advance(1ms);
+  CHECK(a.runs == 1);
+  CHECK(a.errc == Errc::kResponseDropped);
+  CHECK(a.resp_size == 0);
+  CHECK(p.server->stats().handlers_run == 2);
+  CHECK(p.server->stats().duplicate_requests >= 1);  // A's resend, answered with the notice
+  FakeNetwork::instance().set_filter(nullptr);
+  a.release(*p.client);
+  b.release(*p.client);
+}
+
 TEST_CASE("by default, two of the largest requests fit one session's receive budget at once") {
   // Regression: the default per-session budget was one max_msg_size(), so
   // the second of two concurrent 8 MiB requests over udp was dropped at its

@@ -164,7 +164,7 @@ void RpcImpl::release_view(const MsgBuffer& m) {
   if (region.on_release) region.on_release(m.data(), m.max_size());
 }
 
-void RpcImpl::free_dyn_resp(ServerSlot& slot) {
+void RpcImpl::free_dyn_resp_slow(ServerSlot& slot) {
   if (slot.resp_budget_bytes != 0) {  // the response's charge (apply_response)
     slot.session->host->budget_bytes -= slot.resp_budget_bytes;
     rx_budget_used_bytes_ -= slot.resp_budget_bytes;

@@ -110,7 +110,7 @@ void RpcImpl::drop_settled_response(ServerSlot& slot) {
   free_dyn_resp(slot);
   slot.resp = nullptr;
   slot.resp_bulk = false;
-  slot.resp_dropped = true;
+  slot.status = static_cast<uint8_t>(RespStatus::kResponseDropped);
 }
 
 void RpcImpl::rollback(ClientSlot& slot) {

@@ -381,19 +381,20 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   set_slot_state(slot, ServerSlotState::kIdle);
   slot.has_req = true;
   slot.abandoned = false;
-  slot.resp_dropped = false;
   slot.req_num = hdr.req_num();
   // Nothing new while the client's host or the Rpc holds its budget or
   // more, whatever the request's size: even a one-packet request may get a
-  // large response (a GET), charged when the handler gives it.
-  if (!budget_admits(session, 0)) [[unlikely]] {  // the client retries
+  // large response (a GET), charged when the handler gives it. (Two
+  // comparisons inline; budget_admits stamps and counts the refusal.)
+  if ((session.host->budget_bytes >= rx_budget_per_host_bytes_ ||
+       rx_budget_used_bytes_ >= rx_budget_per_rpc_bytes_) &&
+      !budget_admits(session, 0)) [[unlikely]] {  // the client retries
     slot.has_req = false;
     return;
   }
   ReqHandleAccess::set_req_type(slot.handle, hdr.req_type());
   slot.req_rx = 0;
   slot.rx_progress_ns = now_ns_;
-  slot.rx_start_ns = now_ns_;
   const uint32_t msg_size = hdr.msg_size();
   if (hdr.bulk()) {
     slot.req_pkts = 1;
@@ -423,6 +424,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     return;
   }
   set_slot_state(slot, ServerSlotState::kReceiving);
+  slot.rx_start_ns = now_ns_;
   tx_credit_return(session, hdr.req_type(), 0, slot.req_num);
 }
 

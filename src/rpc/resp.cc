@@ -102,16 +102,19 @@ void RpcImpl::finish_pending_handler(Session& session) {
   }
 }
 
+// Out of line: the common path above stays short.
+void RpcImpl::send_resp_dropped(Session& session, ServerSlot& slot) {
+  tx_ctrl(session, PktHdr::make(PktType::kResp, slot.handle.req_type(), 0, session.remote_num, 0,
+                                slot.req_num, false, RespStatus::kResponseDropped));
+}
+
 void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num) {
   slot.resp_sent_ns = now_ns_;
-  if (slot.resp_dropped) [[unlikely]] {  // dropped to make room (drop_settled_response)
-    tx_ctrl(session, PktHdr::make(PktType::kResp, slot.handle.req_type(), 0, session.remote_num, 0,
-                                  slot.req_num, false, RespStatus::kResponseDropped));
-    return;
-  }
+  const auto status = static_cast<RespStatus>(slot.status);
+  if (status == RespStatus::kResponseDropped) [[unlikely]]  // to make room (pkt_loss.cc)
+    return send_resp_dropped(session, slot);
   MsgBuffer& resp = *slot.resp;
   const auto size = static_cast<uint32_t>(resp.size());
-  const auto status = static_cast<RespStatus>(slot.status);
   if (slot.resp_bulk) {
     uint8_t* hdr = MsgBufferAccess::hdr(slot.bulk_ctrl, 0);
     PktHdr::make(PktType::kResp, slot.handle.req_type(), size, session.remote_num, 0, slot.req_num,

@@ -21,7 +21,8 @@ void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
     stats_.drops.stale++;
     return;
   }
-  if (slot.resp_dropped) [[unlikely]] {  // to make room: the client is told (pkt_loss.cc)
+  if (slot.status == static_cast<uint8_t>(RespStatus::kResponseDropped))
+      [[unlikely]] {  // to make room: the client is told (pkt_loss.cc)
     server_send_resp_pkt(session, slot, 0);
     return;
   }

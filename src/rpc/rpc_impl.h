@@ -259,6 +259,7 @@ class RpcImpl final : public RpcEndpoint {
   // resp.cc
   void apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status);
   void server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pkt_num);
+  [[gnu::noinline]] void send_resp_dropped(Session& session, ServerSlot& slot);
   void server_process_rfr(Session& session, const PktHdr& hdr);
   void client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
                            size_t data_len);
@@ -374,8 +375,13 @@ class RpcImpl final : public RpcEndpoint {
       release_view(resp);
   }
   // Frees the slot's handler-allocated response (a view: its headers, and
-  // the engine lets go of the application's bytes).
-  void free_dyn_resp(ServerSlot& slot);
+  // the engine lets go of the application's bytes) and gives back its
+  // charge. Inline test: most responses are the slot's preallocated one.
+  void free_dyn_resp(ServerSlot& slot) {
+    if (slot.resp_budget_bytes != 0 || slot.dyn_resp.valid()) [[unlikely]]
+      free_dyn_resp_slow(slot);
+  }
+  void free_dyn_resp_slow(ServerSlot& slot);
   AppRegion* own_app_region(const AppMemory& mem) const;
   void deregister_all_app_memory();
   // bg.cc

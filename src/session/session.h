@@ -203,10 +203,10 @@ struct ServerSlot {
   Exposure resp_exposure;            // the cached bulk response, until the next request
   uint32_t bulk_read = kNoBulkRead;  // the request's read in flight
   ReqHandle handle;
-  uint8_t status = 0;  // RespStatus of the cached response
-  // The cached response was dropped to make room (RpcImpl::drop_settled_response):
-  // the request and RFRs for it are answered with RespStatus::kResponseDropped.
-  bool resp_dropped = false;
+  // RespStatus of the cached response; kResponseDropped once it was dropped
+  // to make room (RpcImpl::drop_settled_response): the request and RFRs
+  // for it are then answered with that status alone.
+  uint8_t status = 0;
   size_t resp_budget_bytes = 0;  // of the host's and Rpc's budget, held by dyn_resp
   uint64_t resp_sent_ns = 0;     // a packet of the cached response last went out
 };
