@@ -45,7 +45,7 @@ struct Engines {
 // Independent statement of what a receiver may accept: the reference the
 // engine's check is compared against.
 bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg, bool bulk_cap) {
-  if (static_cast<uint8_t>(h.status()) > 3) return false;  // statuses 4..15 do not exist
+  if (static_cast<uint8_t>(h.status()) > 4) return false;  // statuses 5..15 do not exist
   // A restart notice (docs/wire_format.md): a credit return that names no
   // packet, size or status, and carries nothing.
   if (((h.w1 >> 53) & 1) != 0) {
@@ -56,6 +56,11 @@ bool reference_sane(const PktHdr& h, size_t data_len, size_t dpp, size_t max_msg
   if (h.status() == RespStatus::kAppError) {
     return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 && h.msg_size() == 4 &&
            data_len == 4;
+  }
+  // A dropped response's notice: one header-only response packet 0.
+  if (h.status() == RespStatus::kResponseDropped) {
+    return h.pkt_type() == PktType::kResp && !h.bulk() && h.pkt_num() == 0 && h.msg_size() == 0 &&
+           data_len == 0;
   }
   switch (h.pkt_type()) {
     case PktType::kRfr:
