@@ -416,8 +416,8 @@ SIZES=0,1,1000,1500,5000,70000
 run baseline plain "" --requests 600 --sizes $SIZES --rto-us 5000
 run loss-1% plain "loss 1%" --requests 600 --sizes $SIZES --rto-us 2000
 run loss-5% plain "loss 5%" --requests 600 --sizes $SIZES --rto-us 2000
-run loss-20% plain "loss 20%" --requests 300 --sizes $SIZES --rto-us 2000
-run delay-2ms-jitter-1ms plain "delay 2ms 1ms" --requests 120 --sizes $SIZES --rto-us 8000
+run loss-20% plain "loss 20%" --requests 200 --sizes $SIZES --rto-us 2000
+run delay-2ms-jitter-1ms plain "delay 2ms 1ms" --requests 80 --sizes $SIZES --rto-us 8000
 run reorder plain "delay 1ms reorder 25% 50%" --requests 300 --sizes $SIZES --rto-us 10000
 run duplicate-5% plain "duplicate 5%" --requests 600 --sizes $SIZES --rto-us 5000
 run corrupt-1% plain "corrupt 1%" --requests 600 --sizes $SIZES --rto-us 2000

@@ -143,15 +143,14 @@ TEST_CASE(
 TEST_CASE("a client scribbling over its regions hurts neither the server nor another client",
           "[samehost][processes]") {
   // Given a server, an honest client and a hostile one that writes random
-  // bytes into its channels' regions for 10 s while both send requests
+  // bytes into its channels' regions for 6 s while both send requests
   std::string uri;
   auto server = start_server({"server"}, uri);
-  auto honest = peer(honest_client(uri, {"--duration-ms", "11000", "--timeout-s", "40"}));
+  auto honest = peer(honest_client(uri, {"--duration-ms", "7000", "--timeout-s", "40"}));
   REQUIRE(honest->wait_for_output("connected", kStartup));
-  auto hostile =
-      peer({"scribble", "--role", "client", "--scribble-s", "10", "--server", uri, "--sessions",
-            "4", "--window", "4", "--duration-ms", "10500", "--allow-reset", "--allow-bad-data",
-            "--request-timeout-ms", "2000", "--timeout-s", "40"});
+  auto hostile = peer({"scribble", "--role", "client", "--scribble-s", "6", "--server", uri,
+                       "--sessions", "4", "--window", "4", "--duration-ms", "6500", "--allow-reset",
+                       "--allow-bad-data", "--request-timeout-ms", "2000", "--timeout-s", "40"});
   // Then the honest client's requests all come back right
   const int honest_status = wait_exit(*honest, 45s);
   INFO(honest->output());
@@ -172,15 +171,15 @@ TEST_CASE(
     "ends exactly once",
     "[samehost][processes]") {
   // Given a hostile server that writes random bytes into every region it
-  // shares, for 10 s
+  // shares, for 6 s
   std::string uri;
-  auto server = start_server({"scribble", "--role", "server", "--scribble-s", "10"}, uri);
-  // When a client sends requests for 10 s, opening sessions again as they end
+  auto server = start_server({"scribble", "--role", "server", "--scribble-s", "6"}, uri);
+  // When a client sends requests for 6 s, opening sessions again as they end
   // (a hostile server owes it no progress: in one CI run of 8 here the
   // scribbling server stopped answering connects after 50 ms, with no
   // request through; what the client is held to is below)
   auto client = peer({"client", "--server", uri, "--sessions", "4", "--window", "4",
-                      "--duration-ms", "10000", "--allow-reset", "--allow-bad-data",
+                      "--duration-ms", "6000", "--allow-reset", "--allow-bad-data",
                       "--allow-no-progress", "--request-timeout-ms", "2000", "--timeout-s", "40"});
   // Then it exits 0: every continuation ran exactly once (kOk, kSessionReset
   // or kTimedOut), none is missing, and its canary is intact
