@@ -602,7 +602,11 @@ TEST_CASE("a request enqueued after a long pause outside the event loop is not r
 }
 
 TEST_CASE("a client away longer than the RTO does not resend requests whose answers are queued") {
-  FakePair f(256, /*rto_us=*/2000);
+  // An RTO of 20 ms: the server answers only when this thread runs it, so
+  // the RTO must outlast enqueueing the 40 requests (about 5 ms under ASan
+  // on a loaded machine; with a 2 ms RTO the client's first loop rightly
+  // took its oldest request for lost once in about 15 runs).
+  FakePair f(256, /*rto_us=*/20000);
   // Given 5 sessions with 8 requests each: 40 responses, more than one RX burst
   std::vector<SessionNum> sessions{f.sn};
   for (int i = 0; i < 4; i++) {
@@ -629,7 +633,7 @@ TEST_CASE("a client away longer than the RTO does not resend requests whose answ
   f.client->run_event_loop_once();
   for (int i = 0; i < 5; i++) f.server->run_event_loop_once();
   // When the client comes back after several RTOs with every answer queued
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
   REQUIRE(f.pump_until([&] {
     return std::all_of(outs.begin(), outs.end(), [](const Outcome& o) { return o.done; });
   }));
