@@ -198,19 +198,22 @@ measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
   const double gbps = to_gbps(static_cast<double>(messages) / w.seconds, payload);
   const auto& f = client.final_state(0);
   *failures += client.errors(0) + (f.drained ? 0 : 1);
-  fmt::print("librpc size={} window={} messages={} in {:.2f} s: {:.3f} Gbit/s{}{}{}{}{}\n",
-             bench::format_size(size), opt.window, messages, w.seconds, gbps,
-             client.errors(0)
-                 ? fmt::format(" errors={} (first: {})", client.errors(0), f.first_error)
-                 : "",
-             f.retransmissions ? fmt::format(" retransmissions={} (spurious {})", f.retransmissions,
-                                             f.spurious_retransmissions)
-                               : "",
-             f.cc_paced_pkts ? fmt::format(" paced={} (rate {} Mbit/s at the end)", f.cc_paced_pkts,
-                                           f.cc_min_rate_mbps)
-                             : "",
-             f.drained ? "" : " (requests left unanswered at the end)",
-             w.interrupted ? " (interrupted)" : "");
+  fmt::print(
+      "librpc size={} window={} messages={} in {:.2f} s: {:.3f} Gbit/s{}{}{}{}{}{}\n",
+      bench::format_size(size), opt.window, messages, w.seconds, gbps,
+      client.errors(0) ? fmt::format(" errors={} (first: {})", client.errors(0), f.first_error)
+                       : "",
+      f.retransmissions ? fmt::format(" retransmissions={} (spurious {})", f.retransmissions,
+                                      f.spurious_retransmissions)
+                        : "",
+      f.cc_paced_pkts ? fmt::format(" paced={} (rate {} Mbit/s at the end)", f.cc_paced_pkts,
+                                    f.cc_min_rate_mbps)
+                      : "",
+      f.cc_timeout_cuts
+          ? fmt::format(" timeout cuts={} (undone {})", f.cc_timeout_cuts, f.cc_timeout_cuts_undone)
+          : "",
+      f.drained ? "" : " (requests left unanswered at the end)",
+      w.interrupted ? " (interrupted)" : "");
   std::fflush(stdout);
   checks.point_end(fmt::format("size {}", bench::format_size(size)), f.retransmissions);
   measure::Json o;
@@ -224,6 +227,8 @@ measure::Json run_size(const Options& opt, std::size_t size, rpc::Nexus& nexus,
   o["retransmissions"] = f.retransmissions;
   o["spurious_retransmissions"] = f.spurious_retransmissions;
   o["cc_paced_pkts"] = f.cc_paced_pkts;
+  o["cc_timeout_cuts"] = f.cc_timeout_cuts;
+  o["cc_timeout_cuts_undone"] = f.cc_timeout_cuts_undone;
   o["interrupted"] = w.interrupted;
   return o;
 }

@@ -827,6 +827,162 @@ TEST_CASE(
   call.release(*p.client);
 }
 
+// A client with congestion control on a 100 Mbit/s link and a server,
+// on a manual clock, after one request has given the session its base RTT.
+struct CcPair : Pair {
+  uint32_t server_ep = 0;
+  uint32_t client_ep = 0;
+  CcPair()
+      : Pair(RpcConfig{.mtu_bytes = 256},
+             RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1}) {
+    use_manual_clock();
+    server_ep = static_cast<FakeTransport&>(impl_of(*server).transport()).endpoint();
+    client_ep = static_cast<FakeTransport&>(impl_of(*client).transport()).endpoint();
+    // (answered in 20 us, the loops never away for long: the base RTT)
+    Call warm(*client, 32);
+    REQUIRE(warm.enqueue(*client, sn, kEcho) == Errc::kOk);
+    for (int i = 0; i < 100 && warm.runs == 0; i++) {
+      advance_manual_clock(10us);
+      pump();
+    }
+    REQUIRE(warm.runs == 1);
+    warm.release(*client);
+  }
+  uint64_t rate_mbps() { return client->session_stats(sn)->cc_rate_mbps; }
+  // Holds the server's responses until release() (none of them lost).
+  void hold_responses() {
+    FakeNetwork::instance().set_filter([ep = server_ep](const FakePacket& pkt) {
+      return pkt.src == ep && PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kResp
+                 ? FakeVerdict::kHold
+                 : FakeVerdict::kDeliver;
+    });
+  }
+  void release() {
+    FakeNetwork::instance().set_filter(nullptr);
+    FakeNetwork::instance().release_held();
+  }
+};
+
+TEST_CASE("with congestion control, a timeout that proves spurious gives its rate cut back") {
+  CcPair p;
+  REQUIRE(p.rate_mbps() == 100);
+  // Given two requests whose answers are late, not lost (a descheduled
+  // server, as on a busy machine)
+  p.hold_responses();
+  Call a(*p.client, 32);
+  Call b(*p.client, 32);
+  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 5; i++) p.pump();
+  // When both time out (one loss event: one cut) and are resent
+  p.advance(6ms);
+  REQUIRE(p.client->stats().retransmissions == 2);
+  CHECK(p.client->stats().cc_timeout_cuts == 1);
+  CHECK(p.rate_mbps() == 50);
+  // Expect the first answers to complete them, and the second answers (the
+  // server had both copies: it answers the resent ones from its cache) to
+  // prove the timeouts spurious and give the cut back
+  // (paced at the new rate: the clock moves for them to leave)
+  p.advance(1ms);
+  p.release();
+  REQUIRE(p.pump_until([&] { return a.runs == 1 && b.runs == 1; }));
+  for (int i = 0; i < 5; i++) p.pump();
+  CHECK(p.server->stats().duplicate_requests == 2);
+  CHECK(p.server->stats().handlers_run == 3);  // the warm-up, a and b: once each
+  CHECK(p.client->stats().cc_timeout_cuts_undone == 1);
+  CHECK(p.rate_mbps() == 100);
+  a.release(*p.client);
+  b.release(*p.client);
+}
+
+TEST_CASE("an answer to a packet a timeout took back completes it before it is resent") {
+  CcPair p;
+  // Given two requests whose answers are late, both timed out: the first
+  // one's resend leaves, the second one's waits for pacing (the clock
+  // stands still)
+  p.hold_responses();
+  Call a(*p.client, 32);
+  Call b(*p.client, 32);
+  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 5; i++) p.pump();
+  p.advance(6ms);
+  REQUIRE(p.client->stats().retransmissions == 2);
+  const uint64_t sent = p.client->stats().tx_pkts;
+  // When the late answers arrive
+  p.release();
+  for (int i = 0; i < 10; i++) p.pump();
+  // Expect the second one taken although its packet was not resent yet
+  // (go-back-N dropped it as out of order), so its request completes and
+  // the packet is never sent again; the first one's resend was answered
+  // twice. Both timeouts proven spurious: the cut is undone.
+  CHECK(a.runs == 1);
+  CHECK(b.runs == 1);
+  CHECK(p.client->stats().late_answers_accepted == 1);
+  CHECK(p.client->stats().tx_pkts == sent);
+  CHECK(p.server->stats().duplicate_requests == 1);
+  CHECK(p.client->stats().cc_timeout_cuts_undone == 1);
+  CHECK(p.rate_mbps() == 100);
+  a.release(*p.client);
+  b.release(*p.client);
+}
+
+TEST_CASE("with congestion control, a loss event with one real loss keeps its cut") {
+  CcPair p;
+  // Given one request whose answer is late and one whose request is lost
+  p.hold_responses();
+  Call late(*p.client, 32);
+  REQUIRE(late.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 5; i++) p.pump();
+  int drops_left = 1;  // the next request packet: the lost one's
+  FakeNetwork::instance().set_filter([&p, &drops_left](const FakePacket& pkt) {
+    if (pkt.src == p.client_ep && drops_left > 0) {
+      drops_left--;
+      return FakeVerdict::kDrop;
+    }
+    return pkt.src == p.server_ep && PktHdr::load(pkt.bytes.data()).pkt_type() == PktType::kResp
+               ? FakeVerdict::kHold
+               : FakeVerdict::kDeliver;
+  });
+  Call lost(*p.client, 32);
+  REQUIRE(lost.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 5; i++) p.pump();
+  // When both time out in one loss event and are resent
+  p.advance(6ms);
+  REQUIRE(p.client->stats().retransmissions == 2);
+  REQUIRE(p.client->stats().cc_timeout_cuts == 1);
+  p.advance(1ms);  // (the paced resends leave)
+  p.release();
+  REQUIRE(p.pump_until([&] { return late.runs == 1 && lost.runs == 1; }));
+  // Expect the lost request completed by its resend (no second answer), and
+  // the cut kept: one slot of the event lost its packet
+  for (int i = 0; i < 5; i++) p.pump();
+  CHECK(p.client->stats().cc_timeout_cuts_undone == 0);
+  CHECK(p.rate_mbps() == 50);
+  late.release(*p.client);
+  lost.release(*p.client);
+}
+
+TEST_CASE(
+    "with congestion control, a round trip taken across a long loop gap does not cut the rate") {
+  CcPair p;
+  // Given an answer that waits in the client's RX queue while the client's
+  // loop is away for 3 ms (past cc_t_high_us: a round trip that long cuts
+  // the rate, as the test above shows)
+  Call call(*p.client, 32);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  p.client->run_event_loop_once();
+  p.server->run_event_loop_once();
+  advance_manual_clock(3ms);
+  // When the client's loop comes back and takes the answer
+  p.client->run_event_loop_once();
+  REQUIRE(call.runs == 1);
+  // Expect Timely not to take the gap for a queue in the network
+  CHECK(p.rate_mbps() == 100);
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts == 0);
+  call.release(*p.client);
+}
+
 TEST_CASE("a request paced at congestion control's minimum rate is not dropped as a trickle") {
   // Regression (bench/incast.sh, 32 clients): the server dropped a request
   // that arrived slower than 10 MB/s overall, and congestion control paced

@@ -133,6 +133,31 @@ TEST_CASE("Timely: timeouts within one RTO are one loss event, cut once") {
   CHECK(t.rate_bytes_per_s() == Approx(kLink * (1 - p.loss_beta) * (1 - p.loss_beta)));
 }
 
+TEST_CASE("Timely: a cut undone gives back what it took, once, and no more") {
+  const TimelyParams p = params();
+  Timely t(p, 0);
+  // Given a cut from the full rate
+  REQUIRE(t.on_loss(100 * kUs, 50 * kUs));
+  CHECK_FALSE(t.on_loss(110 * kUs, 50 * kUs));  // the same loss event
+  CHECK(t.cuts() == 1);
+  // When it is undone, the full rate is back, and a second undo does nothing
+  CHECK(t.undo_loss());
+  CHECK(t.rate_bytes_per_s() == Approx(kLink));
+  CHECK(t.uncongested());
+  CHECK_FALSE(t.undo_loss());
+  // Given a second cut, and then a round trip past t_high that cut further
+  REQUIRE(t.on_loss(200 * kUs, 50 * kUs));
+  const double before = kLink;
+  t.on_rtt_sample(300 * kUs, 5 * p.t_high_ns);
+  const double after_rtt = t.rate_bytes_per_s();
+  REQUIRE(after_rtt < before * (1 - p.loss_beta));
+  // Expect the undo to give back the loss cut's factor only: the RTT's cut
+  // stays
+  CHECK(t.undo_loss());
+  CHECK(t.rate_bytes_per_s() == Approx(after_rtt / (1 - p.loss_beta)));
+  CHECK(t.rate_bytes_per_s() < before);
+}
+
 TEST_CASE("Timely: the time of a packet at the current rate") {
   const TimelyParams p = params();
   Timely t(p, 0);

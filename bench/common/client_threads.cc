@@ -71,6 +71,8 @@ void ClientThreads::run(Worker& w, std::size_t index, rpc::Nexus& nexus,
     }
     w.final.retransmissions = rpc.stats().retransmissions;
     w.final.spurious_retransmissions = rpc.stats().spurious_retransmissions;
+    w.final.cc_timeout_cuts = rpc.stats().cc_timeout_cuts;
+    w.final.cc_timeout_cuts_undone = rpc.stats().cc_timeout_cuts_undone;
     w.final.resets = watch.resets;
     for (const ClientSession& cs : sessions) {
       if (const rpc::SessionStats* st = rpc.session_stats(cs.num)) {

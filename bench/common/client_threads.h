@@ -64,6 +64,8 @@ class ClientThreads {
     std::uint64_t spurious_retransmissions = 0;  // RpcStats: packets answered twice
     std::uint64_t cc_paced_pkts = 0;             // SessionStats, over its sessions
     std::uint64_t cc_min_rate_mbps = 0;          // the lowest session rate at the end
+    std::uint64_t cc_timeout_cuts = 0;           // RpcStats: rate cuts for timeouts
+    std::uint64_t cc_timeout_cuts_undone = 0;    // and those given back (spurious)
     std::size_t resets = 0;                      // sessions the server reset
     bool drained = true;                         // everything outstanding came back at the end
     std::string first_error;                     // of its ClosedLoop; empty when none

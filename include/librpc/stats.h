@@ -118,6 +118,15 @@ struct RpcStats {
   // RpcConfig::max_sessions_per_host sessions.
   uint64_t responses_dropped = 0;
   uint64_t sessions_refused_host_share = 0;
+  // Client, with RpcConfig::congestion_control: rate cuts for
+  // retransmission timeouts (one per loss event), and those given back
+  // because every timeout of the event proved spurious (each slot it
+  // resent was answered twice: nothing had been lost).
+  uint64_t cc_timeout_cuts = 0;
+  uint64_t cc_timeout_cuts_undone = 0;
+  // Client: answers to packets a timeout took back, taken before the
+  // packets were sent again (their first copies had arrived).
+  uint64_t late_answers_accepted = 0;
   // A level: bytes of the Rpc's receive budget held now (requests being
   // received or handled, cached responses).
   uint64_t rx_budget_bytes = 0;

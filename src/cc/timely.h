@@ -12,6 +12,10 @@
 //
 // A retransmission timeout halves the rate (on_loss): under heavy loss no
 // RTT sample arrives at all, and only the timeouts tell a sender to slow.
+// A timeout that proves spurious (every slot it rolled back was answered
+// twice: nothing had been lost) gives the cut back (undo_loss), as TCP
+// undoes a window reduction on D-SACK or Eifel evidence: on a busy machine
+// nearly every timeout is a descheduled peer, and each one halved the rate.
 //
 // Fed by the engine's RTT samples (rpc/credits.cc) and timeouts
 // (rpc/pkt_loss.cc) when
@@ -70,12 +74,30 @@ class Timely {
   // queue that overflows is the strongest signal a sender gets.
   // At most one cut per min_gap_ns (the session's RTO): timeouts of
   // several slots in one scan are one loss event.
-  void on_loss(uint64_t now_ns, uint64_t min_gap_ns) {
-    if (cut_ns_ != 0 && now_ns - cut_ns_ < min_gap_ns) return;
+  // Returns true when this timeout cut the rate (a new loss event).
+  bool on_loss(uint64_t now_ns, uint64_t min_gap_ns) {
+    if (cut_ns_ != 0 && now_ns - cut_ns_ < min_gap_ns) return false;
+    rate_before_cut_ = rate_;
     set_rate(std::max(rate_ * (1 - params_->loss_beta), params_->min_bytes_per_s));
     last_update_ns_ = now_ns;
     cut_ns_ = now_ns;
+    cuts_++;
+    cut_undoable_ = true;
+    return true;
   }
+  // The last cut's timeouts were all spurious: the rate gets back what the
+  // cut took, but not more than it had before it (RTT samples since may
+  // have moved it either way; a decrease they made stays). Once per cut.
+  // Returns whether it did (false: already undone).
+  bool undo_loss() {
+    if (!cut_undoable_) return false;
+    cut_undoable_ = false;
+    const double restored = std::min(rate_before_cut_, rate_ / (1 - params_->loss_beta));
+    set_rate(std::min(std::max(rate_, restored), params_->link_bytes_per_s));
+    return true;
+  }
+  // Cuts so far: the last one's number names its loss event (0: none yet).
+  uint64_t cuts() const { return cuts_; }
   // True at the full rate: the session's packets need no pacing.
   bool uncongested() const { return uncongested_; }
   double rate_bytes_per_s() const { return rate_; }
@@ -117,9 +139,12 @@ class Timely {
   size_t neg_gradients_ = 0;
   uint64_t last_update_ns_ = 0;
   uint64_t base_rtt_ns_ = UINT64_MAX;
-  uint64_t cut_ns_ = 0;        // the last loss cut
-  bool uncongested_ = true;    // rate_ at the link rate (set_rate)
-  uint64_t t_low_abs_ns_ = 0;  // t_low(), kept current by new_base()
+  uint64_t cut_ns_ = 0;  // the last loss cut
+  uint64_t cuts_ = 0;
+  double rate_before_cut_ = 0;  // the rate the last cut cut
+  bool cut_undoable_ = false;   // undo_loss() may still give it back
+  bool uncongested_ = true;     // rate_ at the link rate (set_rate)
+  uint64_t t_low_abs_ns_ = 0;   // t_low(), kept current by new_base()
 };
 
 }  // namespace rpc::detail

@@ -51,6 +51,8 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     stats_.drops.stale++;
     stats_.spurious_retransmissions++;
     slot.session->stats.spurious_retransmissions++;
+    if (slot.undo_cut != 0) [[unlikely]]
+      check_spurious_timeout(slot, slot.req_num, rx_index);
     return false;
   }
   if (slot.bulk_read != kNoBulkRead) {
@@ -58,6 +60,8 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     return false;
   }
   if (rx_index > slot.num_rx || rx_index >= slot.num_tx) {
+    if (rx_index == slot.num_rx && rx_index < slot.rolled_back_tx) [[unlikely]]
+      return client_accept_late(slot, rx_index);
     stats_.drops.out_of_order++;
     return false;
   }
@@ -68,7 +72,8 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     const uint64_t sample_ns = now_ns_ - slot.rtt_sample_sent_ns;
     session.rtt.add_sample(sample_ns);
     if (wheel_ != nullptr) {
-      session.timely.on_rtt_sample(now_ns_, sample_ns);
+      const uint64_t timely_ns = timely_sample_ns(sample_ns);
+      if (timely_ns != 0) session.timely.on_rtt_sample(now_ns_, timely_ns);
       end_initial_window(session);
     }
     slot.rtt_sample_index = kNoSample;  // (srtt_us, rto_us: computed in session_stats())
@@ -82,9 +87,34 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
   return true;
 }
 
+// The next answer, to a packet that a rollback took back and that has not
+// been sent again (the rollback's resend waits for pacing, or for credits):
+// it answers the first copy, the only one, which the server took in order.
+// So it is progress, taken as if the packet had been resent and answered
+// (with no credit: the rollback gave that back), and it proves the timeout
+// spurious for this slot (Eifel's test: the first answer after a timeout
+// is to the original). Dropping it, as go-back-N did, threw the progress
+// away and sent the packet again.
+bool RpcImpl::client_accept_late(ClientSlot& slot, size_t rx_index) {
+  slot.num_rx++;
+  slot.num_tx = slot.num_rx;
+  slot.rto_backoff = 0;
+  slot.progress_ns = now_ns_;
+  if (slot.num_rx > slot.rx_high) {
+    slot.rx_high = slot.num_rx;
+    slot.rx_progress_ns = now_ns_;
+  }
+  stats_.late_answers_accepted++;
+  if (slot.undo_cut != 0) check_spurious_timeout(slot, slot.req_num, rx_index);
+  return true;
+}
+
 void RpcImpl::client_process_cr(Session& session, const PktHdr& hdr) {
   ClientSlot* slot = client_slot_for(session, hdr.req_num());
-  if (slot == nullptr) return;
+  if (slot == nullptr) {
+    check_stale_answer(session, hdr);
+    return;
+  }
   if (hdr.restart()) {
     client_restart_request(*slot);
     return;
@@ -97,7 +127,7 @@ void RpcImpl::client_process_cr(Session& session, const PktHdr& hdr) {
   // folds the returns of a burst into one). Nothing is taken from one that
   // names a packet not yet sent.
   const size_t last = hdr.pkt_num();
-  if (last >= slot->num_tx) {
+  if (last >= std::max(slot->num_tx, slot->rolled_back_tx)) {
     stats_.drops.out_of_order++;
     return;
   }

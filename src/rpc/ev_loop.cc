@@ -17,6 +17,8 @@ void RpcImpl::run_event_loop_once() noexcept {
   flushed_outside_loop_ = false;
   const uint64_t prev_loop_ns = now_ns_;
   now_ns_ = read_clock();
+  loop_gap_ns_ = now_ns_ - loop_start_ns_;
+  loop_start_ns_ = now_ns_;
   if (sm_mailbox_.pending()) poll_sm_queue();
   // Requests, responses, credit returns, RFRs.
   const bool rx_backlogged = process_rx() == kRxBatch;

@@ -8,6 +8,8 @@
 // received of a request for as long as the session lives, and drops a
 // stale one only to make room for others, telling its client; likewise a
 // cached response sent long ago (docs/reliability.md, "Budgets").
+#include <algorithm>
+
 #include "rpc/rpc_impl.h"
 
 namespace rpc::detail {
@@ -119,6 +121,7 @@ void RpcImpl::rollback(ClientSlot& slot) {
   // guess: a server keeps what it has, and says so when it dropped it
   // (client_restart_request).
   session.credits += slot.num_tx - slot.num_rx;
+  slot.rolled_back_tx = std::max(slot.rolled_back_tx, slot.num_tx);
   slot.num_tx = slot.num_rx;
   slot.progress_ns = now_ns_;
   slot.rtt_sample_index = kNoSample;  // Karn: an answer now may be to either copy
@@ -131,13 +134,62 @@ void RpcImpl::rollback(ClientSlot& slot) {
     // a handler slower than the RTO times out with nothing lost: waiting
     // for a second (tried) let an 8-client incast's probes wait 2.5 times
     // longer at the bottleneck and retransmit 3 times more.
-    session.timely.on_loss(now_ns_, session.rtt.rto_ns());
+    if (session.timely.on_loss(now_ns_, session.rtt.rto_ns())) {  // a new loss event
+      stats_.cc_timeout_cuts++;
+      session.cut_slots_unproven = 0;
+      session.cut_undo_blocked = false;
+    }
+    // The slot waits for proof that this timeout was spurious, unless it
+    // already timed out in this loss event.
+    const uint64_t cut = session.timely.cuts();
+    if (slot.undo_cut == cut) {
+      session.cut_undo_blocked = true;
+    } else {
+      slot.undo_cut = cut;
+      slot.undo_req_num = slot.req_num;
+      slot.undo_rx_index = slot.num_rx;
+      slot.undo_req_pkts = slot.req_pkts;
+      session.cut_slots_unproven++;
+    }
     // A timeout is feedback too (a session whose every answer comes after
     // its RTO, as from a handler slower than it, takes no RTT sample at
     // all: Karn's rule).
     end_initial_window(session);
   }
   client_try_send(slot);
+}
+
+// A second answer to packet rx_index of request req_num, which a timeout
+// of this slot resent from undo_rx_index on: the server had the first copy
+// (it answers a packet it already took again, and takes packets only in
+// order), so nothing was lost and the timeout was spurious: a descheduled
+// peer, or an answer that waited behind others. Once every slot of the
+// cut's loss event is proven so, the cut is undone (Timely::undo_loss).
+// A network that duplicates packets can prove a real loss spurious; the
+// rate is then back where it was, and the next timeout cuts it again.
+void RpcImpl::check_spurious_timeout(ClientSlot& slot, uint64_t req_num, size_t rx_index) {
+  Session& session = *slot.session;
+  if (req_num != slot.undo_req_num || rx_index < slot.undo_rx_index) return;
+  const bool current = slot.undo_cut == session.timely.cuts();
+  slot.undo_cut = 0;
+  if (!current || session.cut_undo_blocked || session.cut_slots_unproven == 0) return;
+  if (--session.cut_slots_unproven == 0 && session.timely.undo_loss()) {
+    stats_.cc_timeout_cuts_undone++;
+  }
+}
+
+// An answer for a request the slot no longer holds (client_slot_for
+// refused it): most often the second answer to a request whose timeout
+// resent it, arriving after the first completed it.
+void RpcImpl::check_stale_answer(Session& session, const PktHdr& hdr) {
+  ClientSlot& slot = session.cslots[hdr.req_num() % kSessionReqWindow];
+  if (slot.undo_cut == 0 || hdr.restart()) return;  // (a restart notice answers nothing)
+  // Answers are indexed as client_accept counts them: a credit return k
+  // answers request packet k, response packet k the request's last packet
+  // and then RFR k.
+  const size_t rx_index =
+      hdr.pkt_type() == PktType::kResp ? slot.undo_req_pkts - 1 + hdr.pkt_num() : hdr.pkt_num();
+  check_spurious_timeout(slot, hdr.req_num(), rx_index);
 }
 
 // Nothing came back for this request for request_timeout_ms: the server,
@@ -168,6 +220,7 @@ void RpcImpl::client_restart_request(ClientSlot& slot) {
   session.credits += slot.num_tx - slot.num_rx;
   slot.num_rx = 0;
   slot.num_tx = 0;
+  slot.rolled_back_tx = 0;  // the server dropped what it had: earlier answers are void
   slot.progress_ns = now_ns_;
   slot.rtt_sample_index = kNoSample;  // Karn: an answer now may be to either copy
   stats_.requests_restarted++;

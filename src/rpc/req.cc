@@ -113,6 +113,7 @@ void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, 
   slot.num_rx = 0;
   slot.rtt_sample_index = kNoSample;
   slot.tx_high = 0;
+  slot.rolled_back_tx = 0;
   slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
   slot.rx_progress_ns = now_ns_;

@@ -135,7 +135,10 @@ void RpcImpl::server_send_resp_pkt(Session& session, ServerSlot& slot, size_t pk
 void RpcImpl::client_process_resp(Session& session, const PktHdr& hdr, const uint8_t* data,
                                   size_t data_len) {
   ClientSlot* slot_ptr = client_slot_for(session, hdr.req_num());
-  if (slot_ptr == nullptr) return;
+  if (slot_ptr == nullptr) {
+    check_stale_answer(session, hdr);
+    return;
+  }
   ClientSlot& slot = *slot_ptr;
   const size_t pkt_num = hdr.pkt_num();
   // The server ran the request but dropped its response to make room: it

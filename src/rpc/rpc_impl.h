@@ -272,7 +272,19 @@ class RpcImpl final : public RpcEndpoint {
   void client_process_cr(Session& session, const PktHdr& hdr);
   void client_restart_request(ClientSlot& slot);
   bool client_accept(ClientSlot& slot, size_t rx_index);
+  bool client_accept_late(ClientSlot& slot, size_t rx_index);
   ClientSlot* client_slot_for(Session& session, uint64_t req_num);
+  // Congestion control (pkt_loss.cc): a second answer to a packet that a
+  // timeout resent, from a slot still on that request or done with it.
+  void check_spurious_timeout(ClientSlot& slot, uint64_t req_num, size_t rx_index);
+  void check_stale_answer(Session& session, const PktHdr& hdr);
+  // The RTT sample Timely gets: without the time this loop was away, when
+  // it was away long (the answer may have waited in the RX queue all that
+  // time: our scheduling, not the network's queue). 0: none to give.
+  uint64_t timely_sample_ns(uint64_t sample_ns) const {
+    if (loop_gap_ns_ <= kLoopGapSlackNs) return sample_ns;
+    return sample_ns - std::min(sample_ns, loop_gap_ns_);
+  }
   // bulk.cc
   bool use_bulk(size_t msg_size) const {
     return caps_.bulk && msg_size > config_.bulk_threshold_bytes;
@@ -421,6 +433,11 @@ class RpcImpl final : public RpcEndpoint {
   SpawnedTasks spawned_;  // coroutines started by Rpc::spawn (coro.cc)
   bool shut_down_ = false;
   uint64_t last_loss_scan_ns_ = 0;
+  // When the event loop last started, and how long before that the one
+  // before it did (timely_sample_ns).
+  uint64_t loop_start_ns_ = 0;
+  uint64_t loop_gap_ns_ = 0;
+  static constexpr uint64_t kLoopGapSlackNs = 20'000;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;         // the loop is not re-entrant
   bool flushed_outside_loop_ = false;  // flush_if_outside_loop since the loop last ran

@@ -132,6 +132,10 @@ struct ClientSlot {
   size_t rtt_sample_index = kNoSample;
   uint64_t rtt_sample_sent_ns = 0;
   size_t tx_high = 0;  // packets of this request sent at least once (only first sends are timed)
+  // Packets sent before the last rollback, since the request started or
+  // was restarted from packet 0: an answer to one of them is taken in
+  // order even before it is sent again (RpcImpl::client_accept_late).
+  size_t rolled_back_tx = 0;
   // Timeouts in a row with nothing answered in between: each doubles the
   // slot's next RTO; any accepted answer resets it.
   uint8_t rto_backoff = 0;
@@ -152,6 +156,15 @@ struct ClientSlot {
   // (each may have left a gap in its request numbers: kMaxReqsGivenUp).
   uint32_t given_up_unheard = 0;
   bool in_wheel = false;  // a pacing wake-up is in the timing wheel
+  // Congestion control: this slot's rollback in the session's current loss
+  // event (Timely::cuts; 0: none waiting for proof), naming the request,
+  // the first packet it resent and the request's packet count. A second
+  // answer to a packet from there on proves the timeout spurious
+  // (RpcImpl::check_spurious_timeout).
+  uint64_t undo_cut = 0;
+  uint64_t undo_req_num = 0;
+  size_t undo_rx_index = 0;
+  size_t undo_req_pkts = 0;
 };
 
 // A server slot's life; every change goes through RpcImpl::set_slot_state
@@ -299,6 +312,12 @@ struct Session {
   // may leave while it is paced.
   Timely timely;
   uint64_t next_tx_ns = 0;
+  // The slots the last cut's loss event rolled back that no second answer
+  // has yet proven spurious; at 0 the cut is undone. A slot that timed out
+  // twice in one event blocks the undo (its loss was real, or the path is
+  // slower than the RTO).
+  uint32_t cut_slots_unproven = 0;
+  bool cut_undo_blocked = false;
 
   bool is_client() const { return role == SessionRole::kClient; }
   bool is_connected() const { return state == SessionState::kConnected; }
