@@ -861,6 +861,17 @@ struct CcPair : Pair {
     FakeNetwork::instance().set_filter(nullptr);
     FakeNetwork::instance().release_held();
   }
+  // Sends a and b with their answers held, then moves the clock past the
+  // RTO: both time out in one loss event and are resent (the second one's
+  // resend waits for pacing while the clock stands still).
+  void time_out_held(Call& a, Call& b) {
+    hold_responses();
+    REQUIRE(a.enqueue(*client, sn, kEcho) == Errc::kOk);
+    REQUIRE(b.enqueue(*client, sn, kEcho) == Errc::kOk);
+    for (int i = 0; i < 5; i++) pump();
+    advance(6ms);
+    REQUIRE(client->stats().retransmissions == 2);
+  }
 };
 
 TEST_CASE("with congestion control, a timeout that proves spurious gives its rate cut back") {
@@ -868,15 +879,10 @@ TEST_CASE("with congestion control, a timeout that proves spurious gives its rat
   REQUIRE(p.rate_mbps() == 100);
   // Given two requests whose answers are late, not lost (a descheduled
   // server, as on a busy machine)
-  p.hold_responses();
   Call a(*p.client, 32);
   Call b(*p.client, 32);
-  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  for (int i = 0; i < 5; i++) p.pump();
   // When both time out (one loss event: one cut) and are resent
-  p.advance(6ms);
-  REQUIRE(p.client->stats().retransmissions == 2);
+  p.time_out_held(a, b);
   CHECK(p.client->stats().cc_timeout_cuts == 1);
   CHECK(p.rate_mbps() == 50);
   // Expect the first answers to complete them, and the second answers (the
@@ -900,14 +906,9 @@ TEST_CASE("an answer to a packet a timeout took back completes it before it is r
   // Given two requests whose answers are late, both timed out: the first
   // one's resend leaves, the second one's waits for pacing (the clock
   // stands still)
-  p.hold_responses();
   Call a(*p.client, 32);
   Call b(*p.client, 32);
-  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
-  for (int i = 0; i < 5; i++) p.pump();
-  p.advance(6ms);
-  REQUIRE(p.client->stats().retransmissions == 2);
+  p.time_out_held(a, b);
   const uint64_t sent = p.client->stats().tx_pkts;
   // When the late answers arrive
   p.release();

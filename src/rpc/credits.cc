@@ -78,13 +78,19 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     }
     slot.rtt_sample_index = kNoSample;  // (srtt_us, rto_us: computed in session_stats())
   }
+  note_progress(slot);
+  return true;
+}
+
+// An accepted answer: the slot's RTO backoff ends, and the request's
+// timeout counts from here if it got further than ever before.
+void RpcImpl::note_progress(ClientSlot& slot) {
   slot.rto_backoff = 0;
   slot.progress_ns = now_ns_;
   if (slot.num_rx > slot.rx_high) {  // new ground (not again after a restart)
     slot.rx_high = slot.num_rx;
     slot.rx_progress_ns = now_ns_;
   }
-  return true;
 }
 
 // The next answer, to a packet that a rollback took back and that has not
@@ -98,12 +104,7 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
 bool RpcImpl::client_accept_late(ClientSlot& slot, size_t rx_index) {
   slot.num_rx++;
   slot.num_tx = slot.num_rx;
-  slot.rto_backoff = 0;
-  slot.progress_ns = now_ns_;
-  if (slot.num_rx > slot.rx_high) {
-    slot.rx_high = slot.num_rx;
-    slot.rx_progress_ns = now_ns_;
-  }
+  note_progress(slot);
   stats_.late_answers_accepted++;
   if (slot.undo_cut != 0) check_spurious_timeout(slot, slot.req_num, rx_index);
   return true;

@@ -273,6 +273,7 @@ class RpcImpl final : public RpcEndpoint {
   void client_restart_request(ClientSlot& slot);
   bool client_accept(ClientSlot& slot, size_t rx_index);
   bool client_accept_late(ClientSlot& slot, size_t rx_index);
+  void note_progress(ClientSlot& slot);
   ClientSlot* client_slot_for(Session& session, uint64_t req_num);
   // Congestion control (pkt_loss.cc): a second answer to a packet that a
   // timeout resent, from a slot still on that request or done with it.
