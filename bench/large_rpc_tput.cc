@@ -36,7 +36,7 @@
 // Why the default window is 2: with one request outstanding the link idles
 // for a round trip after every message, between the last request packet
 // and the next request's first; a second request fills that gap. More
-// requests add little, since a session's 32 credits (packets in flight) are
+// requests add little, since a session's credits (packets in flight, 64 by default) are
 // shared by all of its requests; --window 1 and 4 measure it.
 
 #include <fmt/core.h>

@@ -73,7 +73,7 @@ with open(dest, "w") as f:
             "keeps 256 requests of 32 B in flight, each on the next session in turn, for 2 s. "
             "Server memory is its VmRSS growth over the sessions, divided by their number: "
             "idle (connected, nothing sent yet) and after traffic. The server Rpc's RX ring is "
-            "the default 4,096 entries: 128 sessions hold 32 credits each in it, the rest are "
+            "the default 4,096 entries: 64 sessions hold 64 credits each in it, the rest are "
             "admitted beyond it with 4 (docs/design.md, \"Sessions and ring room\").\n\n")
     f.write("| Sessions | Server config | Connects/s (one thread) | Server RSS per idle session | "
             "per used session | Requests/s, all sessions in use | Sessions used (min) | "

@@ -142,7 +142,7 @@ inline SmMsg connect_req(uint64_t token, uint16_t reply_port, SessionNum client_
   m.routing = udp_route(reply_port, kUdpRoutingMagic, ipv4);
   m.routing_len = RoutingInfo::kMaxBytes;
   m.max_data_per_pkt = kUdpDefaultDataPerPkt;
-  m.session_credits = 32;  // what a client at the default config asks
+  m.session_credits = static_cast<uint16_t>(RpcConfig{}.session_credits);  // a default client's ask
   return m;
 }
 

@@ -487,7 +487,7 @@ TEST_CASE("a session-management message with incarnation 0 is ignored") {
 TEST_CASE("a forged ask for credits gets at most the server's own, at least the minimum") {
   Nexus nexus(local_nexus());
   // 256 ring entries, 32 credits per session at most
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 256});
+  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 256, .session_credits = 32});
   const uint16_t sm_port = port_of_uri(nexus.uri());
   UdpSock sock;
   std::vector<uint8_t> rx(2048);

@@ -65,10 +65,16 @@ TEST_CASE("eight 128 KB requests on one session complete at 30 % loss") {
   // then (timeouts in a row back the RTO off), the server dropped what it
   // had of it, the client started it over from packet 0, and none of the
   // eight completed before request_timeout_ms reset the session.
+  // Regression: with more credits than 32, a slot whose answers kept
+  // coming sent from the receive path whenever the pacer allowed, ahead of
+  // the slots waiting in the timing wheel, which then waited until their
+  // request timeout reset the session (rpc/cc.cc: slots now take turns).
   // Given a pair with the default timeouts, 1 KiB packets (128 per
-  // request), on a manual clock
+  // request), on a manual clock, at the default credits and at more
   // (datagrams only: no bulk path)
-  const RpcConfig config{.mtu_bytes = 1024, .bulk_threshold_bytes = kNoBulk};
+  RpcConfig config{.mtu_bytes = 1024, .bulk_threshold_bytes = kNoBulk};
+  config.session_credits = GENERATE(RpcConfig{}.session_credits, size_t{128});
+  CAPTURE(config.session_credits);
   Pair p(config, config);
   p.use_manual_clock();
   // When every datapath packet is lost with probability 0.3, both ways

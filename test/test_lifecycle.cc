@@ -779,10 +779,12 @@ TEST_CASE("an idle server session holds no request slots; its first request allo
 
 TEST_CASE(
     "with congestion control, a session whose round trips grew is paced and still completes") {
-  // Given a client with congestion control on a 100 Mbit/s link, on a
-  // manual clock
-  Pair p(RpcConfig{.mtu_bytes = 256},
-         RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
+  // Given a client with congestion control on a 100 Mbit/s link and 32
+  // credits, on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256, .session_credits = 32}, RpcConfig{.mtu_bytes = 256,
+                                                                       .session_credits = 32,
+                                                                       .congestion_control = true,
+                                                                       .cc_link_gbps = 0.1});
   p.use_manual_clock();
   const uint32_t server_ep = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
   // Runs a 60-packet echo (more than the 32 credits, below the bulk
@@ -1104,7 +1106,8 @@ TEST_CASE(
     "sample") {
   // Given a client with congestion control (the default) and 32 credits,
   // whose server's answers are held back
-  Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256});
+  Pair p(RpcConfig{.mtu_bytes = 256, .session_credits = 32},
+         RpcConfig{.mtu_bytes = 256, .session_credits = 32});
   REQUIRE(RpcImplTestAccess::session(impl_of(*p.client), p.sn)->max_credits == 32);
   // Time stands still: no RTO can fire while the answers are held (a slow
   // run, e.g. under TSan, took longer than one and opened the window).

@@ -285,7 +285,7 @@ struct HeldCreditEcho {
 };
 
 TEST_CASE("a credit return answers every request packet up to its own, never past those sent") {
-  FakePair f;
+  FakePair f(256, 2000, 32, 32);
   const uint32_t server_ep = endpoint_of(*f.server);
   // Given a request stopped by held credit returns, 32 packets in flight
   HeldCreditEcho echo(f, 9);

@@ -241,9 +241,10 @@ TEST_CASE("a server with RX ring room for two sessions admits a third beyond it,
   Nexus nexus(local_nexus());
   REQUIRE(nexus.register_handler(kEcho, echo_into_response));
   // 64 ring entries: room for two sessions of 32 credits.
-  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 64});
+  ServerThread server(nexus, RpcConfig{.rpc_id = 1, .rx_ring_size = 64, .session_credits = 32});
   SessionEvents ev;
-  Rpc client(nexus, RpcConfig{.rpc_id = 0, .session_callback = ev.callback()});
+  Rpc client(nexus,
+             RpcConfig{.rpc_id = 0, .session_credits = 32, .session_callback = ev.callback()});
   auto finished = [&](SessionNum sn) {
     return ev.has(sn, SessionEvent::kConnected) || ev.has(sn, SessionEvent::kConnectFailed);
   };

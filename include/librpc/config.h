@@ -127,7 +127,7 @@ struct RpcConfig {
   // so messages larger than bulk_threshold_bytes on a transport without a
   // bulk path (udp, fabric shm) move faster with more, at the cost of ring
   // room (fewer sessions per Rpc). docs/benchmarks.md has the measurements.
-  size_t session_credits = 32;
+  size_t session_credits = 64;
   // Most sessions (client and server ends) this Rpc keeps at once.
   size_t max_sessions = 1024;
   // Most server sessions one remote host (an IPv4 address: every process

@@ -308,6 +308,7 @@ class RpcImpl final : public RpcEndpoint {
   // cc.cc: pacing of sessions below the full rate. pace() is true when
   // the slot's next packet may leave now; false when it waits in the wheel.
   bool pace(ClientSlot& slot);
+  void wait_for_pace(ClientSlot& slot);
   // The session's initial window ends (its first RTT sample or timeout):
   // the credits held back at connect (kCcInitialWindow) are given back.
   static void end_initial_window(Session& session) {

@@ -155,7 +155,8 @@ struct ClientSlot {
   // Requests of this slot given up in a row with no answer from the server
   // (each may have left a gap in its request numbers: kMaxReqsGivenUp).
   uint32_t given_up_unheard = 0;
-  bool in_wheel = false;  // a pacing wake-up is in the timing wheel
+  bool paced = false;      // waits in its session's pacing queue (Session::paced_queue)
+  bool pace_turn = false;  // poll_wheel took it off that queue: one packet may go
   // Congestion control: this slot's rollback in the session's current loss
   // event (Timely::cuts; 0: none waiting for proof), naming the request,
   // the first packet it resent and the request's packet count. A second
@@ -312,6 +313,14 @@ struct Session {
   // may leave while it is paced.
   Timely timely;
   uint64_t next_tx_ns = 0;
+  // Slots waiting for their next paced packet, by index, in the order they
+  // asked (a ring: each slot is in it at most once), and whether the
+  // session's wake-up is in the timing wheel. Served one packet per turn
+  // (rpc/cc.cc), so no slot of the session can starve the others.
+  std::array<uint8_t, kSessionReqWindow> paced_queue{};
+  uint8_t paced_head = 0;
+  uint8_t paced_count = 0;
+  bool in_wheel = false;
   // The slots the last cut's loss event rolled back that no second answer
   // has yet proven spurious; at 0 the cut is undone. A slot that timed out
   // twice in one event blocks the undo (its loss was real, or the path is
