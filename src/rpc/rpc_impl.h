@@ -306,7 +306,8 @@ class RpcImpl final : public RpcEndpoint {
   void reset_failed_bulk_path(uint64_t path);
   void drain_bulk_reads();
   // cc.cc: pacing of sessions below the full rate. pace() is true when
-  // the slot's next packet may leave now; false when it waits in the wheel.
+  // the slot's next packet may leave now; false when it waits in its
+  // session's pacing queue (wait_for_pace).
   bool pace(ClientSlot& slot);
   void wait_for_pace(ClientSlot& slot);
   // The session's initial window ends (its first RTT sample or timeout):
