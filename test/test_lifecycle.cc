@@ -3,6 +3,7 @@
 // exactly once, misuse aborts with a message, exceptions at the handler and
 // continuation boundaries, receive budgets, request and partial-request
 // timeouts, session-management floods, replays and refusals.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -875,6 +876,80 @@ struct CcPair : Pair {
     REQUIRE(client->stats().retransmissions == 2);
   }
 };
+
+TEST_CASE("with congestion control, a paced session's requests take turns, one packet each") {
+  // Regression (rpc/cc.cc): each slot of a paced session waited in the
+  // timing wheel on its own, and the one served first took the session's
+  // time again and again; a new request could go ahead of them all.
+  CcPair p;
+  Session& s = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  // Given the session below its full rate, nothing coming back from the
+  // server, and its next packet's time ahead
+  REQUIRE(s.timely.on_loss(manual_clock(), 0));
+  REQUIRE(!s.timely.uncongested());
+  FakeNetwork::instance().set_filter([ep = p.server_ep](const FakePacket& pkt) {
+    return pkt.src == ep ? FakeVerdict::kHold : FakeVerdict::kDeliver;
+  });
+  FakeNetwork::instance().set_capture(true);
+  s.next_tx_ns = manual_clock() + 200'000;
+  // When two 4-packet requests are enqueued, b first
+  const size_t size = 4 * p.client->max_data_per_pkt();
+  auto req_num_of_new_slot = [&](const std::vector<uint64_t>& taken) {
+    for (const ClientSlot& slot : s.cslots) {
+      if (slot.active && std::find(taken.begin(), taken.end(), slot.req_num) == taken.end()) {
+        return slot.req_num;
+      }
+    }
+    FAIL("no new active slot");
+    return uint64_t{0};
+  };
+  Call b(*p.client, size);
+  Call a(*p.client, size);
+  REQUIRE(b.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  const uint64_t b_req = req_num_of_new_slot({});
+  REQUIRE(a.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  const uint64_t a_req = req_num_of_new_slot({b_req});
+  auto requests_sent = [&] {
+    std::vector<uint64_t> order;
+    for (const FakePacket& pkt : FakeNetwork::instance().captured()) {
+      const PktHdr hdr = PktHdr::load(pkt.bytes.data());
+      if (pkt.src == p.client_ep && hdr.pkt_type() == PktType::kReq) order.push_back(hdr.req_num());
+    }
+    return order;
+  };
+  p.pump();
+  REQUIRE(requests_sent().empty());  // both wait for the pacer
+  // Expect them to take turns as the time moves on, one packet each
+  for (int i = 0; i < 1000 && requests_sent().size() < 4; i++) p.advance(10us);
+  std::vector<uint64_t> order = requests_sent();
+  REQUIRE(order.size() >= 4);
+  order.resize(4);
+  CHECK(order == std::vector<uint64_t>{b_req, a_req, b_req, a_req});
+  // When a third request is enqueued while they wait, at a moment the
+  // pacer would let a packet go
+  s.next_tx_ns = 0;
+  Call c(*p.client, size);
+  const size_t sent_before = requests_sent().size();
+  REQUIRE(c.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  const uint64_t c_req = req_num_of_new_slot({a_req, b_req});
+  // Expect it to queue behind them, not to go first
+  CHECK(requests_sent().size() == sent_before);
+  for (int i = 0; i < 1000 && requests_sent().size() < sent_before + 3; i++) p.advance(10us);
+  order = requests_sent();
+  REQUIRE(order.size() >= sent_before + 3);
+  CHECK(order[sent_before + 2] == c_req);
+  CHECK(order[sent_before] != c_req);
+  CHECK(order[sent_before + 1] != c_req);
+  FakeNetwork::instance().set_filter(nullptr);
+  FakeNetwork::instance().release_held();
+  for (int i = 0; i < 100000 && (a.runs + b.runs + c.runs) < 3; i++) p.advance(50us);
+  CHECK(a.runs == 1);
+  CHECK(b.runs == 1);
+  CHECK(c.runs == 1);
+  a.release(*p.client);
+  b.release(*p.client);
+  c.release(*p.client);
+}
 
 TEST_CASE("with congestion control, a timeout that proves spurious gives its rate cut back") {
   CcPair p;
