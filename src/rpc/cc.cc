@@ -43,10 +43,14 @@ void RpcImpl::wait_for_pace(ClientSlot& slot) {
     session.paced_count++;
     session.stats.cc_paced_pkts++;  // a packet held back (once, however often asked)
   }
-  if (!session.in_wheel) {
-    session.in_wheel = true;
-    wheel_->insert(wheel_entry(session), session.next_tx_ns, now_ns_);
-  }
+  schedule_pacing(session);
+}
+
+// The session in the wheel for when its next packet may leave (once).
+void RpcImpl::schedule_pacing(Session& session) {
+  if (session.in_wheel) return;
+  session.in_wheel = true;
+  wheel_->insert(wheel_entry(session), session.next_tx_ns, now_ns_);
 }
 
 bool RpcImpl::pace(ClientSlot& slot) {
@@ -92,10 +96,7 @@ void RpcImpl::poll_wheel() {
       client_try_send(slot);
       slot.pace_turn = false;
     }
-    if (s->paced_count > 0 && s->is_connected() && !s->in_wheel) {
-      s->in_wheel = true;
-      wheel_->insert(wheel_entry(*s), s->next_tx_ns, now_ns_);
-    }
+    if (s->paced_count > 0 && s->is_connected()) schedule_pacing(*s);
   }
 }
 

@@ -310,6 +310,7 @@ class RpcImpl final : public RpcEndpoint {
   // session's pacing queue (wait_for_pace).
   bool pace(ClientSlot& slot);
   void wait_for_pace(ClientSlot& slot);
+  void schedule_pacing(Session& session);
   // The session's initial window ends (its first RTT sample or timeout):
   // the credits held back at connect (kCcInitialWindow) are given back.
   static void end_initial_window(Session& session) {
