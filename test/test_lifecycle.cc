@@ -390,6 +390,27 @@ TEST_CASE("by default, two of the largest requests fit one session's receive bud
   b.release(*p.client);
 }
 
+TEST_CASE("a session's whole window of request packets reaches the transport in one burst") {
+  // Regression: the TX batch held 32 packets, so a window of 64 credits
+  // left in two transport calls (over udp, two segmented sends of 32).
+  // Packets of 256 bytes keep the request off the bulk path.
+  Pair p(RpcConfig{.mtu_bytes = 256}, RpcConfig{.mtu_bytes = 256});
+  const size_t credits = RpcConfig{}.session_credits;
+  const size_t size = credits * p.client->max_data_per_pkt();
+  Call call(*p.client, size);
+  REQUIRE(size <= RpcConfig{}.bulk_threshold_bytes);
+  REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.pump_until([&] { return call.runs == 1; }));
+  CHECK(call.errc == Errc::kOk);
+  CHECK(check_pattern(call.resp, size, size));
+  // The first answer ends the initial window: the credits held back go
+  // out together, with any returned meanwhile.
+  const auto& fake = static_cast<FakeTransport&>(impl_of(*p.client).transport());
+  CHECK(fake.largest_tx_burst() >= credits - kCcInitialWindow);
+  CHECK(fake.largest_tx_burst() <= credits);
+  call.release(*p.client);
+}
+
 constexpr size_t kMiB = size_t{1} << 20;
 
 // An Rpc whose message buffers may take 16 MiB (within it, an 8 MiB

@@ -470,8 +470,11 @@ class RpcImpl final : public RpcEndpoint {
   std::unordered_set<uint64_t> tombstones_;  // tokens of ended server sessions
   std::deque<uint64_t> tombstone_fifo_;      // the same, oldest first
 
-  // TX batch: items point into MsgBuffers or into ctrl_hdrs_.
-  static constexpr size_t kTxBatch = 32;
+  // TX batch: items point into MsgBuffers or into ctrl_hdrs_. It holds
+  // two default windows (64 credits), so a window leaves in one transport
+  // call: at 32, an 8 MiB transfer over udp left in 32-packet sends and
+  // the kernel's per-call cost held goodput back (docs/benchmarks.md).
+  static constexpr size_t kTxBatch = 128;
   std::array<TxItem, kTxBatch> tx_batch_{};
   size_t tx_batch_size_ = 0;
   std::array<std::array<uint8_t, kPktHeaderBytes>, kTxBatch> ctrl_hdrs_{};

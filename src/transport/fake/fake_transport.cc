@@ -239,6 +239,7 @@ FakeTransport::~FakeTransport() {
 }
 
 void FakeTransport::tx_burst(std::span<const TxItem> items) {
+  largest_tx_burst_ = std::max(largest_tx_burst_, items.size());
   FakeNetwork& network = FakeNetwork::instance();
   for (const TxItem& item : items) {
     FakePacket packet;

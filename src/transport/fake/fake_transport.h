@@ -137,6 +137,8 @@ class FakeTransport final : public Transport {
   // resolve: tests check that every session gives back what it took.
   size_t live_resolutions() const { return live_resolutions_; }
   size_t unmatched_releases() const { return unmatched_releases_; }
+  // The most packets the engine handed over in one tx_burst.
+  size_t largest_tx_burst() const { return largest_tx_burst_; }
 
  private:
   TransportCaps caps_;
@@ -152,6 +154,7 @@ class FakeTransport final : public Transport {
   uint32_t next_exposure_handle_ = 0;
   size_t live_resolutions_ = 0;
   size_t unmatched_releases_ = 0;
+  size_t largest_tx_burst_ = 0;
 };
 
 }  // namespace rpc::detail

@@ -158,6 +158,13 @@ UdpTransport::UdpTransport(const RpcConfig& config, const std::string& bind_ip) 
 void UdpTransport::enable_offloads() {
   const int no_default_segment = 0;  // only sends that ask are segmented
   gso_ = ::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &no_default_segment, sizeof(int)) == 0;
+  if (gso_) {
+    try {
+      gso_gather_.resize(kGsoGatherBytes);
+    } catch (const std::bad_alloc&) {
+      gso_ = false;  // sends stay plain: every datagram on its own
+    }
+  }
   if (caps_.rx_ring_size >= kMaxSegments) {
     const int on = 1;
     gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
@@ -260,29 +267,36 @@ size_t UdpTransport::send_plain(std::span<const TxItem> items) {
 }
 
 // Runs of packets to one destination, all of one size but the last (which
-// may be shorter), go as one message with UDP_SEGMENT: the kernel cuts the
-// concatenated header+data iovecs back into those packets. Returns the
-// items handled; fewer than all when a segmented send failed, which turns
-// GSO off (the caller sends the rest plain).
+// may be shorter), go as one message with UDP_SEGMENT: the kernel cuts it
+// back into those packets. Each message is first gathered into one
+// contiguous slice of gso_gather_ (header, data, header, data, ...) and sent
+// as a single iovec: the kernel copies a message of one iovec about twice
+// as fast as one of a header and a data iovec per packet (a probe over
+// loopback, 44-packet messages: 44-56 Gbit/s against 26; the per-segment
+// cost of its user copy dominates), and our own copy costs less than the
+// difference (docs/transports.md). Returns the items handled; fewer than
+// all when a segmented send failed, which turns GSO off (the caller sends
+// the rest plain).
 size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
   mmsghdr* msgs = tx_msgs_.data();
   int retries = 0;
   size_t next = 0;  // the first item not yet in a message
   while (next < items.size()) {
-    // Build up to kMaxBatch messages.
+    // Build up to kMaxBatch messages, as many as gso_gather_ holds.
     size_t num_msgs = 0;
-    size_t num_iovs = 0;
-    while (next < items.size() && num_msgs < kMaxBatch && num_iovs + 2 <= gso_iovs_.size()) {
+    size_t gathered = 0;
+    while (next < items.size() && num_msgs < kMaxBatch &&
+           gathered + kPktHeaderBytes + items[next].data_len <= gso_gather_.size()) {
       const size_t first = next;
       const sockaddr_in dst = dst_of(*items[first].route);
       const size_t seg = kPktHeaderBytes + items[first].data_len;
+      uint8_t* const msg_start = &gso_gather_[gathered];
       size_t bytes = 0;
       size_t last_size = seg;
-      const size_t iov_base = num_iovs;
-      while (next < items.size() && next - first < kMaxSegments &&
-             num_iovs + 2 <= gso_iovs_.size()) {
+      while (next < items.size() && next - first < kMaxSegments) {
         const TxItem& item = items[next];
         const size_t size = kPktHeaderBytes + item.data_len;
+        if (gathered + size > gso_gather_.size()) break;
         if (next > first) {
           // Only the last packet may be shorter than the first; it ends the run.
           if (last_size != seg || size > seg || bytes + size > kMaxOffloadBytes) break;
@@ -290,18 +304,20 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
             break;
           }
         }
-        gso_iovs_[num_iovs++] = {const_cast<uint8_t*>(item.hdr), kPktHeaderBytes};
+        std::memcpy(&gso_gather_[gathered], item.hdr, kPktHeaderBytes);
         if (item.data_len > 0) {
-          gso_iovs_[num_iovs++] = {const_cast<uint8_t*>(item.data), item.data_len};
+          std::memcpy(&gso_gather_[gathered + kPktHeaderBytes], item.data, item.data_len);
         }
+        gathered += size;
         bytes += size;
         last_size = size;
         next++;
       }
       msghdr& h = msgs[num_msgs].msg_hdr;
       tx_dsts_[num_msgs] = dst;
-      h.msg_iov = &gso_iovs_[iov_base];
-      h.msg_iovlen = num_iovs - iov_base;
+      gso_iovs_[num_msgs] = {msg_start, bytes};
+      h.msg_iov = &gso_iovs_[num_msgs];
+      h.msg_iovlen = 1;
       if (next - first > 1) {
         h.msg_control = gso_cmsgs_[num_msgs].bytes;
         h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
