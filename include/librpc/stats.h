@@ -74,8 +74,9 @@ struct RpcStats {
   // Message payload bytes the engine copied: request and response packets
   // assembled into a buffer from the RX ring (multi-packet messages, and
   // requests kept past their handler). Not counted: what the transport
-  // itself moves (the kernel's socket copies, a one-sided read, samehost's
-  // ring), and single-packet requests handed to handlers in place.
+  // itself moves (the kernel's socket copies, udp's gathering of a
+  // segmented send, a one-sided read, samehost's ring), and single-packet
+  // requests handed to handlers in place.
   uint64_t payload_bytes_copied = 0;
   uint64_t sessions_created = 0;
   uint64_t sessions_freed = 0;

@@ -1,13 +1,19 @@
-// Does MSG_ZEROCOPY pay for librpc's large udp sends? Sends GSO datagrams of
-// 44 x 1472 B (the largest run librpc's udp transport packs into one send)
-// from a 16 MiB buffer to a GRO receiver thread on 127.0.0.1 for one second,
-// alternately with plain copies and with MSG_ZEROCOPY, and prints the
-// goodput of each and how many zerocopy completions the kernel reported as
-// copied anyway (SO_EE_CODE_ZEROCOPY_COPIED). On loopback the kernel copies
-// every zerocopy send (the receiving socket cannot keep user pages), so the
-// notifications are pure overhead; docs/transports.md has the numbers.
+// How should librpc's udp transport hand a large send to the kernel? Sends
+// GSO datagrams of 44 x 1472 B (the largest run the transport packs into
+// one send) from a 16 MiB buffer to a GRO receiver thread on 127.0.0.1 for
+// one second per mode and round, and prints the goodput of each mode:
+//   copy          one iovec per send (what a raw stream does);
+//   MSG_ZEROCOPY  the same with MSG_ZEROCOPY, and how many completions the
+//                 kernel reported as copied anyway (SO_EE_CODE_ZEROCOPY_COPIED;
+//                 on loopback every one: the notifications are pure overhead);
+//   iovec/packet  a 16-byte header iovec and a 1456-byte data iovec per
+//                 datagram, the data walking the buffer (a MsgBuffer's layout,
+//                 as the transport sent before it gathered);
+//   gathered      the same header and data copied into one buffer first, then
+//                 one iovec per send (what the transport does now).
+// docs/transports.md has the numbers.
 //
-//   udp_zerocopy_probe [ROUNDS] [--json FILE] [--csv FILE]
+//   udp_send_probe [ROUNDS] [--json FILE] [--csv FILE]
 //
 // Results: bench/compare/SCHEMA.md, workload "goodput", one result per round
 // and mode.
@@ -39,6 +45,67 @@ constexpr int kSegmentsPerSend = 44;
 constexpr size_t kSendBytes = size_t{kSegmentBytes} * kSegmentsPerSend;
 constexpr size_t kBufferBytes = size_t{16} << 20;
 constexpr int kSocketBufferBytes = 64 << 20;
+constexpr size_t kHeaderBytes = 16;  // librpc's packet header (kPktHeaderBytes)
+constexpr size_t kDataBytes = kSegmentBytes - kHeaderBytes;
+
+enum class Mode { kCopy, kZerocopy, kIovecPerPacket, kGathered };
+constexpr Mode kModes[] = {Mode::kCopy, Mode::kZerocopy, Mode::kIovecPerPacket, Mode::kGathered};
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kCopy:
+      return "copy";
+    case Mode::kZerocopy:
+      return "MSG_ZEROCOPY";
+    case Mode::kIovecPerPacket:
+      return "iovec/packet";
+    case Mode::kGathered:
+      return "gathered";
+  }
+  return "?";
+}
+
+// One send of kSegmentsPerSend datagrams whose data starts at data[offset]:
+// as one slice, or as header and data iovecs per datagram, or gathered.
+class SendLayout {
+ public:
+  explicit SendLayout(const std::vector<char>& data)
+      : data_(data), headers_(kSegmentsPerSend * 64, 2), gathered_(kSendBytes) {}
+  ssize_t send(int fd, Mode mode, size_t offset) {
+    msghdr m{};
+    size_t n = 0;
+    const char* src = &data_[offset];
+    switch (mode) {
+      case Mode::kCopy:
+      case Mode::kZerocopy:
+        iovs_[n++] = {const_cast<char*>(src), kSendBytes};
+        break;
+      case Mode::kIovecPerPacket:
+        for (int k = 0; k < kSegmentsPerSend; k++) {
+          iovs_[n++] = {&headers_[k * 64], kHeaderBytes};
+          iovs_[n++] = {const_cast<char*>(src + k * kDataBytes), kDataBytes};
+        }
+        break;
+      case Mode::kGathered:
+        for (int k = 0; k < kSegmentsPerSend; k++) {
+          char* dst = &gathered_[k * kSegmentBytes];
+          std::memcpy(dst, &headers_[k * 64], kHeaderBytes);
+          std::memcpy(dst + kHeaderBytes, src + k * kDataBytes, kDataBytes);
+        }
+        iovs_[n++] = {gathered_.data(), kSendBytes};
+        break;
+    }
+    m.msg_iov = iovs_;
+    m.msg_iovlen = n;
+    return ::sendmsg(fd, &m, mode == Mode::kZerocopy ? MSG_ZEROCOPY : 0);
+  }
+
+ private:
+  const std::vector<char>& data_;
+  std::vector<char> headers_;  // one per datagram, 64 bytes apart
+  std::vector<char> gathered_;
+  iovec iovs_[2 * kSegmentsPerSend];
+};
 
 void check(bool ok, const char* what) {
   if (!ok) baseline::throw_errno(what);
@@ -82,9 +149,11 @@ int probe(baseline::Program& program, int rounds) {
   const int on = 1;
   check(::setsockopt(rx, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0, "UDP_GRO");
   std::vector<char> data(kBufferBytes, 1);
+  SendLayout layout(data);
 
   for (int round = 0; round < rounds; round++) {
-    for (const bool zerocopy : {false, true}) {
+    for (const Mode mode : kModes) {
+      const bool zerocopy = mode == Mode::kZerocopy;
       const int tx = ::socket(AF_INET, SOCK_DGRAM, 0);
       check(tx >= 0, "socket");
       (void)::setsockopt(tx, SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBufferBytes, sizeof(int));
@@ -110,7 +179,7 @@ int probe(baseline::Program& program, int rounds) {
       const auto start = std::chrono::steady_clock::now();
       std::chrono::duration<double> elapsed{};
       while ((elapsed = std::chrono::steady_clock::now() - start).count() < 1.0) {
-        const ssize_t r = ::send(tx, &data[offset], kSendBytes, zerocopy ? MSG_ZEROCOPY : 0);
+        const ssize_t r = layout.send(tx, mode, offset);
         if (r > 0) {
           sent += static_cast<uint64_t>(r);
           offset = (offset + kSendBytes) % (kBufferBytes - kSendBytes);
@@ -122,7 +191,7 @@ int probe(baseline::Program& program, int rounds) {
       ::close(tx);
       const double secs = elapsed.count();
       fmt::print("round {} {:12}: sent {:.2f} Gbit/s, received {:.2f} Gbit/s", round,
-                 zerocopy ? "MSG_ZEROCOPY" : "copy", static_cast<double>(sent) * 8 / secs / 1e9,
+                 mode_name(mode), static_cast<double>(sent) * 8 / secs / 1e9,
                  static_cast<double>(received.load()) * 8 / secs / 1e9);
       if (zerocopy) {
         fmt::print("; {} completions, {} copied by the kernel anyway", completions.total,
@@ -131,7 +200,7 @@ int probe(baseline::Program& program, int rounds) {
       fmt::print("\n");
       program.result().results.push_back(
           {{"round", round},
-           {"mode", zerocopy ? "MSG_ZEROCOPY" : "copy"},
+           {"mode", mode_name(mode)},
            {"size", kSendBytes},
            {"duration_s", measure::round_to(secs, 6)},
            {"bytes", sent},
@@ -149,14 +218,15 @@ int probe(baseline::Program& program, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  baseline::Program program("udp_zerocopy_probe", "raw_udp_zerocopy_probe",
-                            "Does MSG_ZEROCOPY pay for librpc's large udp sends? Sends GSO "
-                            "datagrams of 44 x 1472 B over 127.0.0.1 for one second per round, "
-                            "with plain copies and with MSG_ZEROCOPY.",
+  baseline::Program program("udp_send_probe", "raw_udp_send_probe",
+                            "How should librpc's udp transport hand a large send to the kernel? "
+                            "Sends GSO datagrams of 44 x 1472 B over 127.0.0.1 for one second "
+                            "per round and mode: one iovec per send (copy, MSG_ZEROCOPY), a "
+                            "header and a data iovec per datagram, and both gathered first.",
                             argc, argv);
   int rounds = 3;
   program.cli()
-      .add_option("ROUNDS", rounds, "rounds of both modes")
+      .add_option("ROUNDS", rounds, "rounds of every mode")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   program.add_output_options(program.cli());
