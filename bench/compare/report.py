@@ -68,9 +68,22 @@ READS_ALL = "server reads all"
 # pool, copied into message buffers or sent as views of registered memory.
 POOL_COPY = "1 MiB from a pool, copied"
 APP_MEMORY = "1 MiB from a pool, application memory"
-# librpc's default session credits (RpcConfig::session_credits); a goodput
-# run with others is a series of its own, labelled with them.
-DEFAULT_CREDITS = 32
+
+
+def default_session_credits():
+    """librpc's default session credits, read from RpcConfig in the public
+    header: a goodput run with others is a series of its own, labelled with
+    them. Read, not copied: a copy here said 32 after the default became 64,
+    and the report then found no default-config run at all."""
+    path = os.path.join(ROOT, "include", "librpc", "config.h")
+    with open(path) as f:
+        m = re.search(r"^\s*size_t session_credits = (\d+);", f.read(), re.MULTILINE)
+    if m is None:
+        sys.exit(f"report.py: no `size_t session_credits = N;` in {path}")
+    return int(m.group(1))
+
+
+DEFAULT_CREDITS = default_session_credits()
 # The raw stream's window (udp_stream --window-datagrams default), the
 # credits librpc runs with for the like-for-like goodput target.
 STREAM_WINDOW = 256
