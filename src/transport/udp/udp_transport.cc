@@ -270,13 +270,14 @@ size_t UdpTransport::send_plain(std::span<const TxItem> items) {
 // may be shorter), go as one message with UDP_SEGMENT: the kernel cuts it
 // back into those packets. Each message is first gathered into one
 // contiguous slice of gso_gather_ (header, data, header, data, ...) and sent
-// as a single iovec: the kernel copies a message of one iovec about twice
-// as fast as one of a header and a data iovec per packet (a probe over
-// loopback, 44-packet messages: 44-56 Gbit/s against 26; the per-segment
-// cost of its user copy dominates), and our own copy costs less than the
-// difference (docs/transports.md). Returns the items handled; fewer than
-// all when a segmented send failed, which turns GSO off (the caller sends
-// the rest plain).
+// as a single iovec: the kernel's user copy pays per iovec, and a header
+// and a data iovec per packet cost up to half its speed (in this project's
+// VM, 44-packet messages over loopback: 26 Gbit/s against 56 for one
+// iovec, 44 gathered first; in the VM's faster states the gap is small
+// and gathering about breaks even; bench/baselines/udp_send_probe,
+// docs/transports.md). Returns the items handled; fewer than all when a
+// segmented send failed, which turns GSO off (the caller sends the rest
+// plain).
 size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
   mmsghdr* msgs = tx_msgs_.data();
   int retries = 0;
