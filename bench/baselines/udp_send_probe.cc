@@ -47,6 +47,7 @@ constexpr size_t kBufferBytes = size_t{16} << 20;
 constexpr int kSocketBufferBytes = 64 << 20;
 constexpr size_t kHeaderBytes = 16;  // librpc's packet header (kPktHeaderBytes)
 constexpr size_t kDataBytes = kSegmentBytes - kHeaderBytes;
+constexpr size_t kHeaderStride = 64;  // the headers lie apart, as a MsgBuffer's do
 
 enum class Mode { kCopy, kZerocopy, kIovecPerPacket, kGathered };
 constexpr Mode kModes[] = {Mode::kCopy, Mode::kZerocopy, Mode::kIovecPerPacket, Mode::kGathered};
@@ -70,7 +71,7 @@ const char* mode_name(Mode mode) {
 class SendLayout {
  public:
   explicit SendLayout(const std::vector<char>& data)
-      : data_(data), headers_(kSegmentsPerSend * 64, 2), gathered_(kSendBytes) {}
+      : data_(data), headers_(kSegmentsPerSend * kHeaderStride, 2), gathered_(kSendBytes) {}
   ssize_t send(int fd, Mode mode, size_t offset) {
     msghdr m{};
     size_t n = 0;
@@ -82,14 +83,14 @@ class SendLayout {
         break;
       case Mode::kIovecPerPacket:
         for (int k = 0; k < kSegmentsPerSend; k++) {
-          iovs_[n++] = {&headers_[k * 64], kHeaderBytes};
+          iovs_[n++] = {&headers_[k * kHeaderStride], kHeaderBytes};
           iovs_[n++] = {const_cast<char*>(src + k * kDataBytes), kDataBytes};
         }
         break;
       case Mode::kGathered:
         for (int k = 0; k < kSegmentsPerSend; k++) {
           char* dst = &gathered_[k * kSegmentBytes];
-          std::memcpy(dst, &headers_[k * 64], kHeaderBytes);
+          std::memcpy(dst, &headers_[k * kHeaderStride], kHeaderBytes);
           std::memcpy(dst + kHeaderBytes, src + k * kDataBytes, kDataBytes);
         }
         iovs_[n++] = {gathered_.data(), kSendBytes};
@@ -102,7 +103,7 @@ class SendLayout {
 
  private:
   const std::vector<char>& data_;
-  std::vector<char> headers_;  // one per datagram, 64 bytes apart
+  std::vector<char> headers_;  // one per datagram, kHeaderStride apart
   std::vector<char> gathered_;
   iovec iovs_[2 * kSegmentsPerSend];
 };

@@ -291,8 +291,7 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
       const size_t first = next;
       const sockaddr_in dst = dst_of(*items[first].route);
       const size_t seg = kPktHeaderBytes + items[first].data_len;
-      uint8_t* const msg_start = &gso_gather_[gathered];
-      size_t bytes = 0;
+      const size_t msg_start = gathered;  // the message is gso_gather_[msg_start, gathered)
       size_t last_size = seg;
       while (next < items.size() && next - first < kMaxSegments) {
         const TxItem& item = items[next];
@@ -300,7 +299,9 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
         if (gathered + size > gso_gather_.size()) break;
         if (next > first) {
           // Only the last packet may be shorter than the first; it ends the run.
-          if (last_size != seg || size > seg || bytes + size > kMaxOffloadBytes) break;
+          if (last_size != seg || size > seg || gathered - msg_start + size > kMaxOffloadBytes) {
+            break;
+          }
           if (item.route != items[first].route && !same_destination(dst_of(*item.route), dst)) {
             break;
           }
@@ -310,13 +311,12 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
           std::memcpy(&gso_gather_[gathered + kPktHeaderBytes], item.data, item.data_len);
         }
         gathered += size;
-        bytes += size;
         last_size = size;
         next++;
       }
       msghdr& h = msgs[num_msgs].msg_hdr;
       tx_dsts_[num_msgs] = dst;
-      gso_iovs_[num_msgs] = {msg_start, bytes};
+      gso_iovs_[num_msgs] = {&gso_gather_[msg_start], gathered - msg_start};
       h.msg_iov = &gso_iovs_[num_msgs];
       h.msg_iovlen = 1;
       if (next - first > 1) {
