@@ -1,6 +1,6 @@
-// Monotonic time for the engine. clock_gettime(CLOCK_MONOTONIC) goes
-// through the vDSO (tens of ns), and the event loop reads it once per
-// iteration, so rdtsc calibration is not worth its portability cost.
+// Monotonic time: clock_gettime(CLOCK_MONOTONIC), through the vDSO. The
+// event loop reads its time through LoopClock (common/loop_clock.h), which
+// reads the time-stamp counter where it can and this clock otherwise.
 #pragma once
 
 #include <time.h>

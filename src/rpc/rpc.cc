@@ -169,7 +169,7 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         static_cast<double>(caps_.max_pkt_bytes) * 1e9 / timely_params_.min_bytes_per_s;
     const size_t wheel_slots =
         std::clamp<size_t>(static_cast<size_t>(min_rate_pkt_ns / 1000) + 2, 1024, 65536);
-    wheel_ = std::make_unique<TimingWheel>(1000, wheel_slots, now_ns());
+    wheel_ = std::make_unique<TimingWheel>(1000, wheel_slots, read_clock());
   }
   drop_enabled_ = config.drop_tx_fraction > 0.0;
   // 2^64 * fraction, saturated: 1.0 itself does not fit a uint64_t (and

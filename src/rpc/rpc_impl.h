@@ -21,6 +21,7 @@
 #include "cc/timing_wheel.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/loop_clock.h"
 #include "common/mailbox.h"
 
 #include "librpc/coro.h"
@@ -422,10 +423,15 @@ class RpcImpl final : public RpcEndpoint {
   size_t max_msg_size_ = 0;
   mutable RpcStats stats_;  // mutable: stats() folds in counters kept elsewhere
   uint64_t now_ns_ = 0;
-  // A test's manual clock (set_clock_for_testing); nullptr: now_ns()
-  // (CLOCK_MONOTONIC), read inline on the hot path.
+  // CLOCK_MONOTONIC, through the time-stamp counter where it is invariant
+  // (common/loop_clock.h); mutable: stats() reads the time.
+  mutable LoopClock loop_clock_;
+  // A test's manual clock (set_clock_for_testing); nullptr: loop_clock_,
+  // read inline on the hot path.
   uint64_t (*test_clock_)() = nullptr;
-  uint64_t read_clock() const { return test_clock_ == nullptr ? now_ns() : test_clock_(); }
+  uint64_t read_clock() const {
+    return test_clock_ == nullptr ? loop_clock_.now_ns() : test_clock_();
+  }
   uint64_t rto_ns_ = 0;                // RpcConfig::rto_us: also how often the loss scan runs
   uint64_t session_rto_floor_ns_ = 0;  // and TransportCaps::min_rto_us: under each session's RTO
   uint64_t request_timeout_ns_ = 0;    // 0: requests never time out
