@@ -92,9 +92,10 @@ with open(dest, "w") as f:
     f.write("\nServer's stats at the end of the first run of each size:\n\n")
     for r in rows:
         f.write(f"- {r[0]}: `{r[9]}`\n")
-    f.write("\nA session after traffic holds its 8 request slots (about 3.2 KB, allocated at "
-            "its first request) and the response buffer of each slot it used; an idle one "
-            "holds neither.\n")
+    f.write("\nA session after traffic holds the request slots it has used, eight at a time "
+            "(about 4 KB on a server and 2.7 KB on a client for each eight; a session has "
+            "up to 32, and its first eight come with its first request) and the response "
+            "buffer of each slot it used; an idle one holds neither.\n")
 print(open(dest).read())
 PY
 python3 "$root/bench/compare/report.py" --sections-only

@@ -48,6 +48,9 @@ using bench::RunError;
 
 constexpr std::string_view kProgram = "small_rpc_tput";
 constexpr std::size_t kDefaultWindow = 8;
+// Requests one session has in flight (the engine's kSessionReqWindow); a
+// larger window waits in the session's backlog.
+constexpr std::size_t kSessionReqSlots = 32;
 constexpr std::size_t kDefaultSize = 32;
 constexpr double kDefaultDurationS = 5;
 // Each session reserves 32 of an Rpc's 4096 RX ring entries at both ends.
@@ -131,7 +134,7 @@ void print_plan(const Options& opt) {
       "{} session{} per client thread, {} s measured{}\n",
       opt.ep.transport, bench::mtu_name(opt.ep.mtu), opt.size, opt.window, opt.sessions,
       opt.sessions == 1 ? "" : "s", opt.duration_s,
-      opt.window > kDefaultWindow ? " (requests beyond 8 per session wait in the backlog)" : "");
+      opt.window > kSessionReqSlots ? " (requests beyond 32 per session wait in the backlog)" : "");
   std::fflush(stdout);
 }
 

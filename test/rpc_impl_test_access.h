@@ -18,9 +18,12 @@ struct RpcImplTestAccess {
   }
   // Bytes of the server receive budget in use.
   static size_t rx_budget_used(RpcImpl& rpc) { return rpc.rx_budget_used_bytes_; }
-  // A server session's slots, as its first request would allocate them.
+  // A server session's slots, as the first requests for them would
+  // allocate them.
   static void alloc_server_slots(RpcImpl& rpc, Session& session) {
-    if (!session.sslots.allocated()) rpc.alloc_server_slots(session);
+    for (size_t i = 0; i < kSessionReqWindow; i += SlotBlock<ServerSlot>::kChunkSlots) {
+      if (!session.sslots.has(i)) rpc.alloc_server_slots(session, i);
+    }
   }
   // One-sided reads posted and not yet reported done.
   static size_t bulk_reads_live(RpcImpl& rpc) { return rpc.bulk_reads_live_; }

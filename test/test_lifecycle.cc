@@ -245,12 +245,12 @@ TEST_CASE("a peer cannot make a server hold more than its receive budget") {
                    .rx_budget_per_session_bytes = 8192,
                    .rx_budget_per_rpc_bytes = 8192});
   p.use_manual_clock();
-  // When a peer starts 8 requests of 4 KiB and never finishes them
+  // When a peer starts a request of 4 KiB on every slot and never finishes them
   for (size_t i = 0; i < kSessionReqWindow; i++) inject_req_pkt(p, i, 4096);
   for (int i = 0; i < 10; i++) p.server->run_event_loop_once();
-  // Expect two to be held (8 KiB), six dropped and counted
+  // Expect two to be held (8 KiB), the others dropped and counted
   CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 8192);
-  CHECK(p.server->stats().drops.rx_budget == 6);
+  CHECK(p.server->stats().drops.rx_budget == kSessionReqWindow - 2);
   // and the held ones kept, however long they stay silent, while no other
   // request needs the room (dropping for time alone livelocked heavy loss)
   p.advance(500ms);
@@ -262,7 +262,7 @@ TEST_CASE("a peer cannot make a server hold more than its receive budget") {
   p.advance(3ms);  // a loss scan (every half RTO: 2.5 ms by default)
   // Expect the two stale ones dropped to make room, their memory returned,
   // and their client told to start them over
-  CHECK(p.server->stats().drops.rx_budget == 7);
+  CHECK(p.server->stats().drops.rx_budget == kSessionReqWindow - 1);
   CHECK(p.server->stats().partial_requests_abandoned == 2);
   CHECK(RpcImplTestAccess::rx_budget_used(impl_of(*p.server)) == 0);
   CHECK(restart_notices_captured() == 2);
@@ -796,7 +796,60 @@ TEST_CASE("an idle server session holds no request slots; its first request allo
     with_buffers += ReqHandleAccess::pre_resp(slot.handle).valid() ? 1 : 0;
   }
   CHECK(with_buffers == 1);
+  // and of the 32 slots, only the first eight exist at either end
+  CHECK(s.sslots.size() == 8);
+  Session& client_end = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  CHECK(client_end.cslots.size() == 8);
   call.release(*p.client);
+}
+
+TEST_CASE("a session takes 32 requests at once, adding slots eight at a time as they fill") {
+  Pair p;
+  Session& client_end = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  CHECK(client_end.cslots.size() == 8);
+  // When 33 requests are enqueued before any is answered
+  std::vector<std::unique_ptr<Call>> calls;
+  for (size_t i = 0; i < kSessionReqWindow + 1; i++) {
+    calls.push_back(std::make_unique<Call>(*p.client, 32));
+    REQUIRE(calls.back()->enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+    // Expect each of the first 32 to take a slot: eight more exist once
+    // the eight before are busy
+    const size_t expected_slots = std::min(kSessionReqWindow, (i / 8 + 1) * 8);
+    CHECK(client_end.cslots.size() == expected_slots);
+  }
+  // and the 33rd to wait in the backlog
+  CHECK(client_end.backlog.size() == 1);
+  // Expect every one answered once, and the server to hold all 32 slots
+  REQUIRE(p.pump_until([&] {
+    return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->runs > 0; });
+  }));
+  for (const auto& c : calls) {
+    CHECK(c->runs == 1);
+    CHECK(c->errc == Errc::kOk);
+    c->release(*p.client);
+  }
+  Session& s = p.server_session();
+  CHECK(s.sslots.size() == kSessionReqWindow);
+}
+
+TEST_CASE("an answer for a client slot that does not exist yet is dropped as stale") {
+  Pair p;
+  Session& client_end = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  REQUIRE_FALSE(client_end.cslots.has(20));
+  const uint64_t drops_before = p.client->stats().drops.stale;
+  // Given a response, as from the server, for slot 20 of the session
+  const PktHdr hdr = PktHdr::make(PktType::kResp, kEcho, 8, client_end.remote_num, 0,
+                                  first_req_num(client_end.sm_token) + 20);
+  FakePacket pkt;
+  pkt.src = static_cast<FakeTransport&>(impl_of(*p.server).transport()).endpoint();
+  pkt.dst = static_cast<FakeTransport&>(impl_of(*p.client).transport()).endpoint();
+  pkt.bytes.resize(kPktHeaderBytes + 8, 0x5A);
+  hdr.store(pkt.bytes.data());
+  FakeNetwork::instance().send(pkt);
+  for (int i = 0; i < 4; i++) p.pump();
+  // Expect it counted and nothing made
+  CHECK(p.client->stats().drops.stale == drops_before + 1);
+  CHECK_FALSE(client_end.cslots.has(20));
 }
 
 TEST_CASE(

@@ -159,7 +159,7 @@ TEST_CASE("the encoded bytes follow the documented layout") {
   REQUIRE(b[86] == 0);
   REQUIRE(b[87] == 0);
   REQUIRE(kSmMsgBytes == 88);
-  REQUIRE(kSmVersion == 4);
+  REQUIRE(kSmVersion == 5);
 }
 
 TEST_CASE("routing bytes beyond routing_len are sent as zeros") {

@@ -165,7 +165,9 @@ class RPC_EXPORT Rpc {
   // request (or response) enqueued from outside the event loop since the
   // loop last ran is handed to the transport before the call returns;
   // later ones, and those from inside the loop (continuations, handlers),
-  // leave in one batch at the end of the loop's iteration.
+  // leave in one batch at the end of the loop's iteration. A session has
+  // up to 32 requests in flight (eRPC: 8); later ones wait in its backlog,
+  // in order, and go when a request completes.
   // Takes a continuation as a function pointer and tag (eRPC's form)...
   Errc enqueue_request(SessionNum session_num, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                        Continuation cont, void* tag) noexcept;

@@ -39,7 +39,7 @@ void RpcImpl::wait_for_pace(ClientSlot& slot) {
   if (!slot.paced) {
     slot.paced = true;
     const size_t tail = (session.paced_head + session.paced_count) % kSessionReqWindow;
-    session.paced_queue[tail] = static_cast<uint8_t>(&slot - session.cslots.data());
+    session.paced_queue[tail] = static_cast<uint8_t>(slot.req_num % kSessionReqWindow);
     session.paced_count++;
     session.stats.cc_paced_pkts++;  // a packet held back (once, however often asked)
   }

@@ -50,7 +50,7 @@ CoroutineSupport::HandlerRun CoroutineSupport::handler_run(ReqHandle& handle) no
   detail::ServerSlot& slot = *detail::ReqHandleAccess::slot(handle);
   detail::Session& session = *slot.session;
   return HandlerRun{&handle.rpc(), session.local_num,
-                    static_cast<uint32_t>(&slot - session.sslots.data()), slot.req_num};
+                    static_cast<uint32_t>(slot.req_num % detail::kSessionReqWindow), slot.req_num};
 }
 
 void CoroutineSupport::handler_ended(const HandlerRun& run, std::exception_ptr e) noexcept {
@@ -85,7 +85,7 @@ void RpcImpl::coroutine_handler_ended(SessionNum sn, size_t slot_index, uint64_t
     return;
   }
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
-  if (s == nullptr || s->is_client() || !s->sslots.allocated()) return;
+  if (s == nullptr || s->is_client() || !s->sslots.has(slot_index)) return;
   ServerSlot& slot = s->sslots[slot_index];
   if (slot.state != ServerSlotState::kInHandler || slot.req_num != req_num) return;  // answered
   RPC_LOG_ERROR(

@@ -182,7 +182,9 @@ void RpcImpl::check_spurious_timeout(ClientSlot& slot, uint64_t req_num, size_t 
 // refused it): most often the second answer to a request whose timeout
 // resent it, arriving after the first completed it.
 void RpcImpl::check_stale_answer(Session& session, const PktHdr& hdr) {
-  ClientSlot& slot = session.cslots[hdr.req_num() % kSessionReqWindow];
+  const size_t slot_index = hdr.req_num() % kSessionReqWindow;
+  if (!session.cslots.has(slot_index)) return;
+  ClientSlot& slot = session.cslots[slot_index];
   if (slot.undo_cut == 0 || hdr.restart()) return;  // (a restart notice answers nothing)
   // Answers are indexed as client_accept counts them: a credit return k
   // answers request packet k, response packet k the request's last packet

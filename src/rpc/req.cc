@@ -65,14 +65,24 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
           ? 0
           : now_ns_ + static_cast<uint64_t>(std::min(timeout.count(), kMaxTimeoutUs)) * 1000;
   if (session.is_connected() && session.backlog.empty()) {
+    ClientSlot* free_slot = nullptr;
     for (ClientSlot& slot : session.cslots) {
       if (!slot.active) {
-        hold_views(req, resp);
-        install(slot.cont);
-        start_request(slot, req_type, req, resp, tag, id, deadline_ns);
-        flush_if_outside_loop();
-        return Errc::kOk;
+        free_slot = &slot;
+        break;
       }
+    }
+    // All busy: eight more, while the session has fewer than 32.
+    if (free_slot == nullptr) {
+      const size_t next = session.cslots.first_missing();
+      if (next < kSessionReqWindow && add_client_slots(session)) free_slot = &session.cslots[next];
+    }
+    if (free_slot != nullptr) {
+      hold_views(req, resp);
+      install(free_slot->cont);
+      start_request(*free_slot, req_type, req, resp, tag, id, deadline_ns);
+      flush_if_outside_loop();
+      return Errc::kOk;
     }
   }
   // Window full, or not yet connected: wait in order. Allocates (a vector
@@ -192,9 +202,10 @@ void RpcImpl::process_stall_queue() {
 
 void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* pkt,
                                  size_t data_len) {
-  if (!session.sslots.allocated()) [[unlikely]]
-    alloc_server_slots(session);
-  ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
+  const size_t slot_index = hdr.req_num() % kSessionReqWindow;
+  if (!session.sslots.has(slot_index)) [[unlikely]]
+    alloc_server_slots(session, slot_index);
+  ServerSlot& slot = session.sslots[slot_index];
   const uint64_t req_num = hdr.req_num();
   const int64_t ahead = req_num_diff(req_num, slot.req_num);
   if (slot.has_req && ahead < 0) {
@@ -453,7 +464,7 @@ void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_typ
   // The slot is found again by number afterwards: the handler may have
   // responded, and that may have freed a draining session.
   const SessionNum sn = session.local_num;
-  const size_t slot_index = static_cast<size_t>(&slot - session.sslots.data());
+  const size_t slot_index = slot.req_num % kSessionReqWindow;
   const uint64_t req_num = slot.req_num;
   try {
     entry.fn(handle);
@@ -472,7 +483,7 @@ void RpcImpl::handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num,
   Session* s = sn < sessions_.size() ? sessions_[sn].get() : nullptr;
   // The session may have ended during the handler and its number gone to a
   // new session (a client one, or a server one with no slots yet).
-  if (s == nullptr || s->is_client() || !s->sslots.allocated()) return;
+  if (s == nullptr || s->is_client() || !s->sslots.has(slot_index)) return;
   ServerSlot& slot = s->sslots[slot_index];
   if (slot.state != ServerSlotState::kInHandler || slot.req_num != req_num) return;
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(slot.handle);

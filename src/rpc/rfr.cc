@@ -12,11 +12,12 @@ void RpcImpl::send_rfr(ClientSlot& slot, size_t resp_pkt_num) {
 }
 
 void RpcImpl::server_process_rfr(Session& session, const PktHdr& hdr) {
-  if (!session.sslots.allocated()) {  // no request yet: nothing to answer
+  const size_t slot_index = hdr.req_num() % kSessionReqWindow;
+  if (!session.sslots.has(slot_index)) {  // no request for it yet: nothing to answer
     stats_.drops.stale++;
     return;
   }
-  ServerSlot& slot = session.sslots[hdr.req_num() % kSessionReqWindow];
+  ServerSlot& slot = session.sslots[slot_index];
   if (!slot.has_req || slot.req_num != hdr.req_num() || slot.state != ServerSlotState::kResponded) {
     stats_.drops.stale++;
     return;

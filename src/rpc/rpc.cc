@@ -85,9 +85,10 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
   transport_name_ = transport_->name();
   transport_wire_id_ = transport_wire_id(transport_->name());
   caps_ = transport_->caps();
-  if (config.session_credits < kSessionReqWindow || config.session_credits > kMaxSessionCredits) {
+  if (config.session_credits < kMinConfiguredCredits ||
+      config.session_credits > kMaxSessionCredits) {
     throw Error(fmt::format("Rpc: session_credits {} must be within [{}, {}]",
-                            config.session_credits, kSessionReqWindow, kMaxSessionCredits));
+                            config.session_credits, kMinConfiguredCredits, kMaxSessionCredits));
   }
   if (caps_.rx_ring_size < config.session_credits) {
     throw Error(fmt::format("Rpc: rx_ring_size {} is below one session's credits ({})",

@@ -100,7 +100,12 @@ void RpcImpl::process_pkt(const RxPacket& pkt) {
 }
 
 ClientSlot* RpcImpl::client_slot_for(Session& session, uint64_t req_num) {
-  ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];
+  const size_t slot_index = req_num % kSessionReqWindow;
+  if (!session.cslots.has(slot_index)) {  // never used: nothing of ours to answer
+    stats_.drops.stale++;
+    return nullptr;
+  }
+  ClientSlot& slot = session.cslots[slot_index];
   if (!slot.active || slot.req_num != req_num) {
     stats_.drops.stale++;
     return nullptr;

@@ -45,17 +45,7 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
   s->rtt = RttEstimator(session_rto_floor_ns_);
   if (wheel_ != nullptr) s->timely = Timely(timely_params_, now_ns_);
   s->state = role == SessionRole::kClient ? SessionState::kConnecting : SessionState::kConnected;
-  bool ok = true;
-  if (role == SessionRole::kClient) {
-    s->cslots.allocate();
-    for (ClientSlot& c : s->cslots) {
-      c.session = s.get();
-      if (caps_.bulk) {
-        c.bulk_ctrl = alloc_msg_buffer(kBulkCtrlBytes);
-        ok = ok && c.bulk_ctrl.valid();
-      }
-    }
-  }
+  const bool ok = role != SessionRole::kClient || add_client_slots(*s);
   SessionNum sn;
   if (free_session_nums_.empty()) {
     sn = static_cast<SessionNum>(sessions_.size());
@@ -77,15 +67,41 @@ Session* RpcImpl::alloc_session(SessionRole role, size_t wanted_credits) {
   return sessions_[sn].get();
 }
 
-void RpcImpl::alloc_server_slots(Session& session) {
-  session.sslots.allocate();
+// The next eight slots of a client session (the first eight when it is
+// created, more when a request finds them all busy), with their bulk
+// control buffers. False, and no slots added, when there is no room for
+// more or a buffer could not be had.
+bool RpcImpl::add_client_slots(Session& session) {
+  const size_t first_index = session.cslots.first_missing();
+  if (first_index == kSessionReqWindow) return false;
   const uint64_t first = first_req_num(session.sm_token);
-  for (size_t i = 0; i < kSessionReqWindow; i++) {
-    ServerSlot& v = session.sslots[i];
-    v.session = &session;
-    v.req_num = first + i;  // the first request number the slot expects
-    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
+  bool ok = true;
+  session.cslots.allocate_chunk_of(first_index, [&](ClientSlot& c, size_t index) {
+    c.session = &session;
+    c.next_req_num = (first + index) & kReqNumMask;
+    if (caps_.bulk) {
+      c.bulk_ctrl = alloc_msg_buffer(kBulkCtrlBytes);
+      ok = ok && c.bulk_ctrl.valid();
+    }
+  });
+  if (!ok) {
+    for (size_t i = first_index; i < first_index + SlotBlock<ClientSlot>::kChunkSlots; i++) {
+      free_msg_buffer(session.cslots[i].bulk_ctrl);
+    }
+    session.cslots.free_chunk_of(first_index);
   }
+  return ok;
+}
+
+// The eight server slots that hold slot `index`, when its first request
+// arrives.
+void RpcImpl::alloc_server_slots(Session& session, size_t index) {
+  const uint64_t first = first_req_num(session.sm_token);
+  session.sslots.allocate_chunk_of(index, [&](ServerSlot& v, size_t i) {
+    v.session = &session;
+    v.req_num = (first + i) & kReqNumMask;  // the first request number the slot expects
+    ReqHandleAccess::init(v.handle, &owner_, config_.context, &v);
+  });
 }
 
 bool RpcImpl::ensure_slot_buffers(ServerSlot& slot) {

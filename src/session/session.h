@@ -24,8 +24,16 @@ namespace rpc::detail {
 
 // Requests in flight per session; request i of a slot uses req_num
 // slot_index + i * kSessionReqWindow, so the server finds the slot by
-// req_num % kSessionReqWindow.
-inline constexpr size_t kSessionReqWindow = 8;
+// req_num % kSessionReqWindow. eRPC has 8; with 8, one session's small
+// requests went back and forth in batches of 8, each end polling an empty
+// socket about a third of its time: 0.6 M requests/s at a window of 32
+// over udp, against 1.8 M with 32 slots (docs/benchmarks.md). Both ends
+// must agree (kSmVersion 5 and later have 32).
+inline constexpr size_t kSessionReqWindow = 32;
+// The smallest RpcConfig::session_credits accepted. A session may have
+// fewer credits than slots (an overcommitted ring grants as few as
+// kMinSessionCredits): its requests then wait for credits, not slots.
+inline constexpr size_t kMinConfiguredCredits = 8;
 // Packets a client may have in flight per session (RpcConfig::session_credits,
 // agreed at connect; each session reserves that many RX ring entries at
 // both ends): at most what the SM message's u16 field carries.
@@ -225,28 +233,81 @@ struct ServerSlot {
   uint64_t resp_sent_ns = 0;     // a packet of the cached response last went out
 };
 
-// The request slots of one end of a session, allocated when first needed:
-// a client's when the session is created, a server's when its first
-// request arrives, so that an idle server session holds no slots (a server
-// Rpc may keep tens of thousands of sessions). Iterating an unallocated
-// block visits nothing.
+// The request slots of one end of a session, allocated when first needed,
+// eight at a time: a client's first eight when the session is created and
+// the next eight when a request finds all its slots busy; a server's when
+// the first request for one of them arrives. An idle server session holds
+// no slots (a server Rpc may keep tens of thousands of sessions), and a
+// session that never has more than eight requests in flight holds eight:
+// a client always takes its lowest free slot. Slots never move once made
+// (the engine keeps pointers to them). Iteration visits the allocated
+// slots only.
 template <typename Slot>
 class SlotBlock {
  public:
-  bool allocated() const { return slots_ != nullptr; }
-  void allocate() { slots_ = std::make_unique<std::array<Slot, kSessionReqWindow>>(); }
-  // REQUIRES: allocated().
-  Slot& operator[](size_t i) { return (*slots_)[i]; }
-  const Slot& operator[](size_t i) const { return (*slots_)[i]; }
-  Slot* data() { return slots_ ? slots_->data() : nullptr; }
-  const Slot* data() const { return slots_ ? slots_->data() : nullptr; }
-  Slot* begin() { return data(); }
-  Slot* end() { return slots_ ? slots_->data() + kSessionReqWindow : nullptr; }
-  const Slot* begin() const { return data(); }
-  const Slot* end() const { return slots_ ? slots_->data() + kSessionReqWindow : nullptr; }
+  static constexpr size_t kChunkSlots = 8;
+  static constexpr size_t kChunks = kSessionReqWindow / kChunkSlots;
+  static_assert(kChunks * kChunkSlots == kSessionReqWindow);
+
+  // Whether any slot exists.
+  bool allocated() const { return num_chunks_ != 0; }
+  // How many slots exist.
+  size_t size() const { return num_chunks_ * kChunkSlots; }
+  // Whether slot i exists.
+  bool has(size_t i) const { return chunks_[i / kChunkSlots] != nullptr; }
+  // Makes the slots of the chunk holding slot i, calling init(slot, index)
+  // for each. REQUIRES: !has(i).
+  template <typename Init>
+  void allocate_chunk_of(size_t i, Init&& init) {
+    const size_t c = i / kChunkSlots;
+    chunks_[c] = std::make_unique<std::array<Slot, kChunkSlots>>();
+    num_chunks_++;
+    for (size_t k = 0; k < kChunkSlots; k++) init((*chunks_[c])[k], c * kChunkSlots + k);
+  }
+  // Drops the chunk holding slot i (its slots must hold nothing).
+  void free_chunk_of(size_t i) {
+    if (chunks_[i / kChunkSlots] == nullptr) return;
+    chunks_[i / kChunkSlots].reset();
+    num_chunks_--;
+  }
+  // The lowest slot whose chunk does not exist yet, or kSessionReqWindow.
+  size_t first_missing() const {
+    for (size_t c = 0; c < kChunks; c++) {
+      if (chunks_[c] == nullptr) return c * kChunkSlots;
+    }
+    return kSessionReqWindow;
+  }
+  // REQUIRES: has(i).
+  Slot& operator[](size_t i) { return (*chunks_[i / kChunkSlots])[i % kChunkSlots]; }
+  const Slot& operator[](size_t i) const { return (*chunks_[i / kChunkSlots])[i % kChunkSlots]; }
+
+  template <typename Block, typename Ref>
+  class Iter {
+   public:
+    Iter(Block* block, size_t i) : block_(block), i_(i) { skip_missing(); }
+    Ref operator*() const { return (*block_)[i_]; }
+    Iter& operator++() {
+      i_++;
+      skip_missing();
+      return *this;
+    }
+    bool operator!=(const Iter& other) const { return i_ != other.i_; }
+
+   private:
+    void skip_missing() {
+      while (i_ < kSessionReqWindow && !block_->has(i_)) i_ += kChunkSlots;
+    }
+    Block* block_;
+    size_t i_;
+  };
+  Iter<SlotBlock, Slot&> begin() { return {this, 0}; }
+  Iter<SlotBlock, Slot&> end() { return {this, kSessionReqWindow}; }
+  Iter<const SlotBlock, const Slot&> begin() const { return {this, 0}; }
+  Iter<const SlotBlock, const Slot&> end() const { return {this, kSessionReqWindow}; }
 
  private:
-  std::unique_ptr<std::array<Slot, kSessionReqWindow>> slots_;
+  std::array<std::unique_ptr<std::array<Slot, kChunkSlots>>, kChunks> chunks_;
+  size_t num_chunks_ = 0;
 };
 
 struct BacklogEntry {
@@ -343,8 +404,8 @@ inline void bind_to_connect(Session& session, uint64_t token) {
   session.sm_token = token;
   const uint64_t first = first_req_num(token);
   for (size_t i = 0; i < kSessionReqWindow; i++) {
-    if (session.cslots.allocated()) session.cslots[i].next_req_num = first + i;
-    if (session.sslots.allocated()) session.sslots[i].req_num = first + i;  // expected first
+    if (session.cslots.has(i)) session.cslots[i].next_req_num = first + i;
+    if (session.sslots.has(i)) session.sslots[i].req_num = first + i;  // expected first
   }
 }
 

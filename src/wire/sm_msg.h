@@ -80,7 +80,10 @@ inline constexpr uint32_t kSmMagic = 0x4350524C;  // "LRPC" in byte order
 // status 3 (an application error) and a server that takes a slot's request
 // numbers up to kMaxReqsGivenUp ahead. A v3 peer would take the one for
 // success and wedge on the other, so the versions refuse each other.
-inline constexpr uint16_t kSmVersion = 4;
+// 5: 32 request slots per session instead of 8 (kSessionReqWindow): the
+// server finds a request's slot by req_num % 32, so a v4 peer would put
+// requests in the wrong slots.
+inline constexpr uint16_t kSmVersion = 5;
 inline constexpr size_t kSmMsgBytes = 88;
 inline constexpr size_t kSmEnvelopeBytes = 32;  // magic..token
 inline constexpr uint64_t kIncarnationMask = (1ull << 48) - 1;
