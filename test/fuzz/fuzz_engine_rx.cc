@@ -24,7 +24,7 @@
 //   mode bit 3: set dest_session_num to session A or (bit 4) B
 //   mode bit 4 alone: set dest_session_num to B and req_num to the live
 //               request number of B's slot (req_num % window): the active
-//               request's, or the next one
+//               request's, or the next one (a slot not made yet: its first)
 //   mode bit 5: make msg_size / pkt_num / data length consistent (and, for a
 //               bulk control packet, optionally aim it at a registered buffer)
 //   mode bits 6-7: event-loop iterations to run after this datagram
@@ -215,10 +215,18 @@ struct World {
     if (h.dest_session_num() != a_here) return;
     const Session& s = client_session(a);
     const uint64_t rn = h.req_num();
-    const ClientSlot& slot = s.cslots[rn % kSessionReqWindow];
-    if (rn == slot.next_req_num || (slot.active && rn == slot.req_num)) {
-      h.w1 ^= uint64_t{1} << 43;  // far from anything in use
-    }
+    const size_t index = rn % kSessionReqWindow;
+    const bool live = s.cslots.has(index)
+                          ? rn == s.cslots[index].next_req_num ||
+                                (s.cslots[index].active && rn == s.cslots[index].req_num)
+                          : rn == unmade_slot_req_num(s, index);
+    if (live) h.w1 ^= uint64_t{1} << 43;  // far from anything in use
+  }
+
+  // The first request number of client slot `index` once it is made
+  // (slots come eight at a time as a session's requests fill them).
+  static uint64_t unmade_slot_req_num(const Session& s, size_t index) {
+    return (first_req_num(s.sm_token) + index) & kReqNumMask;
   }
 
   void inject(uint8_t mode, const uint8_t* p, size_t len) {
@@ -234,8 +242,13 @@ struct World {
         h.w0 = (h.w0 & ~(uint64_t{0xFFFF} << 32)) | uint64_t{sn} << 32;
       }
       if ((mode & (8 | 16)) == 16) {
-        const ClientSlot& slot = client_session(b).cslots[h.req_num() % kSessionReqWindow];
-        const uint64_t rn = (slot.active ? slot.req_num : slot.next_req_num) & kReqNumMask;
+        const Session& s = client_session(b);
+        const size_t index = h.req_num() % kSessionReqWindow;
+        uint64_t rn = unmade_slot_req_num(s, index);
+        if (s.cslots.has(index)) {
+          const ClientSlot& slot = s.cslots[index];
+          rn = (slot.active ? slot.req_num : slot.next_req_num) & kReqNumMask;
+        }
         h.w1 = (h.w1 & ~kReqNumMask) | rn;
       }
       if (mode & 32) make_consistent(h, bytes);
