@@ -832,6 +832,39 @@ TEST_CASE("a session takes 32 requests at once, adding slots eight at a time as 
   CHECK(s.sslots.size() == kSessionReqWindow);
 }
 
+TEST_CASE("requests queued while a session connects take up to 32 slots once it connects") {
+  Pair p;
+  // Given a second session, not yet connected, with 33 requests queued on it
+  auto sn = p.client->create_session(p.nexus.uri(), 1);
+  REQUIRE(sn);
+  REQUIRE_FALSE(p.client->is_connected(*sn));
+  std::vector<std::unique_ptr<Call>> calls;
+  for (size_t i = 0; i < kSessionReqWindow + 1; i++) {
+    calls.push_back(std::make_unique<Call>(*p.client, 32));
+    REQUIRE(calls.back()->enqueue(*p.client, *sn, kEcho) == Errc::kOk);
+  }
+  Session& client_end = *RpcImplTestAccess::session(impl_of(*p.client), *sn);
+  CHECK(client_end.cslots.size() == 8);
+  CHECK(client_end.backlog.size() == kSessionReqWindow + 1);
+  // When it connects (the client has read no answer yet at that point)
+  REQUIRE(p.pump_until([&] { return p.client->is_connected(*sn); }));
+  // Expect 32 of them in slots at once, and one still waiting
+  CHECK(client_end.cslots.size() == kSessionReqWindow);
+  size_t active = 0;
+  for (const ClientSlot& slot : client_end.cslots) active += slot.active ? 1 : 0;
+  CHECK(active == kSessionReqWindow);
+  CHECK(client_end.backlog.size() == 1);
+  // and every one answered once
+  REQUIRE(p.pump_until([&] {
+    return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->runs > 0; });
+  }));
+  for (const auto& c : calls) {
+    CHECK(c->runs == 1);
+    CHECK(c->errc == Errc::kOk);
+    c->release(*p.client);
+  }
+}
+
 TEST_CASE("an answer for a client slot that does not exist yet is dropped as stale") {
   Pair p;
   Session& client_end = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);

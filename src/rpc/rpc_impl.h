@@ -357,6 +357,7 @@ class RpcImpl final : public RpcEndpoint {
   // A server session's slots, allocated at its first request (SlotBlock).
   void alloc_server_slots(Session& session, size_t index);
   bool add_client_slots(Session& session);
+  void start_backlog(Session& session);
   // A server slot's response buffers, allocated at its first request;
   // false when out of memory (the request is dropped and counted).
   bool ensure_slot_buffers(ServerSlot& slot);

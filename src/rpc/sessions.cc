@@ -93,6 +93,18 @@ bool RpcImpl::add_client_slots(Session& session) {
   return ok;
 }
 
+// Starts requests queued while the session connected: into its free
+// slots, then into new ones eight at a time up to kSessionReqWindow, so a
+// backlog taken at connect time gets the window a request enqueued later
+// would (without this, it stayed at the first eight).
+void RpcImpl::start_backlog(Session& session) {
+  for (size_t i = 0; i < kSessionReqWindow && !session.backlog.empty(); i++) {
+    if (!session.cslots.has(i) && !add_client_slots(session)) break;
+    ClientSlot& slot = session.cslots[i];
+    if (!slot.active) start_request(slot, take_backlog_front(session));
+  }
+}
+
 // The eight server slots that hold slot `index`, when its first request
 // arrives.
 void RpcImpl::alloc_server_slots(Session& session, size_t index) {

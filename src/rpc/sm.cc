@@ -215,11 +215,7 @@ void RpcImpl::handle_connect_resp(const SmDelivery& d) {
   stats_.sessions_created++;
   if (destroying_) return;  // ~Rpc disconnects it next; nothing is sent or told
   now_ns_ = read_clock();
-  for (ClientSlot& slot : s.cslots) {
-    if (s.backlog.empty()) break;
-    if (slot.active) continue;
-    start_request(slot, take_backlog_front(s));
-  }
+  start_backlog(s);
   notify(sn, SessionEvent::kConnected, SmErr::kNone);
 }
 
