@@ -65,18 +65,7 @@ Errc RpcImpl::enqueue(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer
           ? 0
           : now_ns_ + static_cast<uint64_t>(std::min(timeout.count(), kMaxTimeoutUs)) * 1000;
   if (session.is_connected() && session.backlog.empty()) {
-    ClientSlot* free_slot = nullptr;
-    for (ClientSlot& slot : session.cslots) {
-      if (!slot.active) {
-        free_slot = &slot;
-        break;
-      }
-    }
-    // All busy: eight more, while the session has fewer than 32.
-    if (free_slot == nullptr) {
-      const size_t next = session.cslots.first_missing();
-      if (next < kSessionReqWindow && add_client_slots(session)) free_slot = &session.cslots[next];
-    }
+    ClientSlot* free_slot = lowest_free_client_slot(session);
     if (free_slot != nullptr) {
       hold_views(req, resp);
       install(free_slot->cont);
@@ -104,7 +93,9 @@ void RpcImpl::start_request(ClientSlot& slot, BacklogEntry&& entry) {
 // REQUIRES: slot.cont already holds the request's continuation.
 void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                             void* tag, uint64_t request_id, uint64_t deadline_ns) {
+  RPC_ASSERT(!slot.active, "a request starts in a free slot");
   slot.active = true;
+  slot.session->busy_cslots |= uint32_t{1} << (slot.next_req_num % kSessionReqWindow);
   slot.req_type = req_type;
   slot.req = &req;
   slot.resp = &resp;

@@ -358,6 +358,7 @@ class RpcImpl final : public RpcEndpoint {
   void alloc_server_slots(Session& session, size_t index);
   bool add_client_slots(Session& session);
   void start_backlog(Session& session);
+  ClientSlot* lowest_free_client_slot(Session& session);
   // A server slot's response buffers, allocated at its first request;
   // false when out of memory (the request is dropped and counted).
   bool ensure_slot_buffers(ServerSlot& slot);

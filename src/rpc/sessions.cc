@@ -3,6 +3,8 @@
 // requests, and the tombstones of ended server sessions.
 #include <fmt/format.h>
 
+#include <bit>
+
 #include "common/log.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
@@ -98,11 +100,24 @@ bool RpcImpl::add_client_slots(Session& session) {
 // backlog taken at connect time gets the window a request enqueued later
 // would (without this, it stayed at the first eight).
 void RpcImpl::start_backlog(Session& session) {
-  for (size_t i = 0; i < kSessionReqWindow && !session.backlog.empty(); i++) {
-    if (!session.cslots.has(i) && !add_client_slots(session)) break;
-    ClientSlot& slot = session.cslots[i];
-    if (!slot.active) start_request(slot, take_backlog_front(session));
+  while (!session.backlog.empty()) {
+    ClientSlot* slot = lowest_free_client_slot(session);
+    if (slot == nullptr) break;
+    start_request(*slot, take_backlog_front(session));
   }
+}
+
+// The lowest free slot of a client session, after eight more are made if
+// all are busy and it has fewer than 32; nullptr when none can be had.
+// A client's slots exist from 0 up, so the lowest clear bit of busy_cslots
+// is either a free slot or, at size(), the first of the next eight.
+ClientSlot* RpcImpl::lowest_free_client_slot(Session& session) {
+  const auto index = static_cast<size_t>(std::countr_one(session.busy_cslots));
+  if (index >= session.cslots.size() &&
+      (index >= kSessionReqWindow || !add_client_slots(session))) {
+    return nullptr;
+  }
+  return &session.cslots[index];
 }
 
 // The eight server slots that hold slot `index`, when its first request

@@ -244,6 +244,8 @@ struct ServerSlot {
 // slots only.
 template <typename Slot>
 class SlotBlock {
+  static_assert(kSessionReqWindow <= 32, "Session::busy_cslots has a bit per slot");
+
  public:
   static constexpr size_t kChunkSlots = 8;
   static constexpr size_t kChunks = kSessionReqWindow / kChunkSlots;
@@ -359,7 +361,11 @@ struct Session {
   // RX ring entries this session's credits hold (at most max_credits; less
   // when the session was admitted beyond the ring's room: RpcImpl::admit).
   size_t ring_entries = 0;
-  SlotBlock<ClientSlot> cslots;       // client sessions only
+  SlotBlock<ClientSlot> cslots;  // client sessions only
+  // Client: bit i is set while cslots[i] holds a request, so a new request
+  // finds the lowest free slot at once instead of walking up to 32 slots
+  // (half of them on average at a full window, a cache line each).
+  uint32_t busy_cslots = 0;
   SlotBlock<ServerSlot> sslots;       // server sessions, from their first request
   Fifo<BacklogEntry> backlog;         // requests waiting for a free slot
   size_t backlog_deadlines = 0;       // entries of the backlog with a deadline
