@@ -3,8 +3,6 @@
 // requests, and the tombstones of ended server sessions.
 #include <fmt/format.h>
 
-#include <bit>
-
 #include "common/log.h"
 #include "nexus/nexus_impl.h"
 #include "rpc/rpc_impl.h"
@@ -107,16 +105,11 @@ void RpcImpl::start_backlog(Session& session) {
   }
 }
 
-// The lowest free slot of a client session, after eight more are made if
-// all are busy and it has fewer than 32; nullptr when none can be had.
-// A client's slots exist from 0 up, so the lowest clear bit of busy_cslots
-// is either a free slot or, at size(), the first of the next eight.
-ClientSlot* RpcImpl::lowest_free_client_slot(Session& session) {
-  const auto index = static_cast<size_t>(std::countr_one(session.busy_cslots));
-  if (index >= session.cslots.size() &&
-      (index >= kSessionReqWindow || !add_client_slots(session))) {
-    return nullptr;
-  }
+// lowest_free_client_slot when every slot made is busy: the first of eight
+// more, while the session has fewer than 32; nullptr when none can be had.
+ClientSlot* RpcImpl::first_of_more_client_slots(Session& session) {
+  const size_t index = session.cslots.size();
+  if (index >= kSessionReqWindow || !add_client_slots(session)) return nullptr;
   return &session.cslots[index];
 }
 
