@@ -30,6 +30,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Pumps until every call has completed, then expects each to have
+// completed once, successfully, and gives its buffers back.
+void expect_each_echoed_once(Pair& p, std::vector<std::unique_ptr<Call>>& calls) {
+  REQUIRE(p.pump_until([&] {
+    return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->runs > 0; });
+  }));
+  for (const auto& c : calls) {
+    CHECK(c->runs == 1);
+    CHECK(c->errc == Errc::kOk);
+    c->release(*p.client);
+  }
+}
+
 // ---------------------------------------------------------------- hidden
 // Bodies of the death tests: run by run_test_case_in_child, never alone.
 
@@ -820,14 +833,7 @@ TEST_CASE("a session takes 32 requests at once, adding slots eight at a time as 
   // and the 33rd to wait in the backlog
   CHECK(client_end.backlog.size() == 1);
   // Expect every one answered once, and the server to hold all 32 slots
-  REQUIRE(p.pump_until([&] {
-    return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->runs > 0; });
-  }));
-  for (const auto& c : calls) {
-    CHECK(c->runs == 1);
-    CHECK(c->errc == Errc::kOk);
-    c->release(*p.client);
-  }
+  expect_each_echoed_once(p, calls);
   Session& s = p.server_session();
   CHECK(s.sslots.size() == kSessionReqWindow);
 }
@@ -855,14 +861,7 @@ TEST_CASE("requests queued while a session connects take up to 32 slots once it 
   CHECK(active == kSessionReqWindow);
   CHECK(client_end.backlog.size() == 1);
   // and every one answered once
-  REQUIRE(p.pump_until([&] {
-    return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->runs > 0; });
-  }));
-  for (const auto& c : calls) {
-    CHECK(c->runs == 1);
-    CHECK(c->errc == Errc::kOk);
-    c->release(*p.client);
-  }
+  expect_each_echoed_once(p, calls);
 }
 
 TEST_CASE("an answer for a client slot that does not exist yet is dropped as stale") {

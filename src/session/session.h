@@ -244,8 +244,6 @@ struct ServerSlot {
 // slots only.
 template <typename Slot>
 class SlotBlock {
-  static_assert(kSessionReqWindow <= 32, "Session::busy_cslots has a bit per slot");
-
  public:
   static constexpr size_t kChunkSlots = 8;
   static constexpr size_t kChunks = kSessionReqWindow / kChunkSlots;
@@ -362,15 +360,16 @@ struct Session {
   // when the session was admitted beyond the ring's room: RpcImpl::admit).
   size_t ring_entries = 0;
   SlotBlock<ClientSlot> cslots;  // client sessions only
-  // Client: bit i is set while cslots[i] holds a request, so a new request
-  // finds the lowest free slot at once instead of walking up to 32 slots
-  // (half of them on average at a full window, a cache line each).
+  SlotBlock<ServerSlot> sslots;  // server sessions, from their first request
+  Fifo<BacklogEntry> backlog;    // requests waiting for a free slot
+  size_t backlog_deadlines = 0;  // entries of the backlog with a deadline
+  size_t pending_handlers = 0;   // server: handlers not yet responded
+  size_t rx_budget_bytes = 0;    // server: bytes of requests being received or handled
+  // Client: bit i is set while cslots[i] holds a request (a copy of its
+  // `active`), so a new request finds the lowest free slot at once instead
+  // of walking up to 32 slots, a cache line each.
   uint32_t busy_cslots = 0;
-  SlotBlock<ServerSlot> sslots;       // server sessions, from their first request
-  Fifo<BacklogEntry> backlog;         // requests waiting for a free slot
-  size_t backlog_deadlines = 0;       // entries of the backlog with a deadline
-  size_t pending_handlers = 0;        // server: handlers not yet responded
-  size_t rx_budget_bytes = 0;         // server: bytes of requests being received or handled
+  static_assert(kSessionReqWindow <= 32, "busy_cslots has a bit per slot");
   RemoteHost* host = nullptr;         // server: the remote host's share (RpcImpl::hosts_)
   uint64_t rx_budget_refused_ns = 0;  // server: the last request refused for the session's
                                       // budget (rpc/pkt_loss.cc), 0 if none
