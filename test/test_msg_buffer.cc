@@ -187,6 +187,36 @@ TEST_CASE("a view wraps received packet data without owning it") {
   CHECK(MsgBufferAccess::lkey(m) == 0);
 }
 
+// The server's zero-copy request view is written over the handle's
+// previous request, which may have been an owned buffer or a view of
+// application memory: nothing of it may survive.
+TEST_CASE("a one-packet view written in place is make_view's and keeps nothing of what was there") {
+  Fixture f;
+  std::vector<uint8_t> pool(4096, 0xab);
+  rpc::detail::AppRegion app;
+  app.base = pool.data();
+  app.len = pool.size();
+  app.reg = MemReg{42, nullptr};
+  app.gen = 7;
+  const Allocation hdrs = f.allocator.alloc(MsgBufferAccess::view_hdr_bytes(100, kDataPerPkt));
+  REQUIRE(hdrs.buf != nullptr);
+  MsgBuffer m = MsgBufferAccess::make_app_view(hdrs, app, pool.data(), 100, kDataPerPkt);
+  REQUIRE(m.is_app_view());
+  std::vector<uint8_t> packet(kPktHeaderBytes + kDataPerPkt, 0x5a);
+
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{33}, kDataPerPkt}) {
+    MsgBufferAccess::set_one_pkt_view(m, packet.data(), size, kDataPerPkt);
+    const MsgBuffer expected = MsgBufferAccess::make_view(packet.data(), size, kDataPerPkt);
+    CHECK(std::memcmp(&m, &expected, sizeof(MsgBuffer)) == 0);
+    CHECK_FALSE(m.is_app_view());
+    CHECK(MsgBufferAccess::region(m) == nullptr);
+    CHECK(MsgBufferAccess::lkey(m) == 0);
+    CHECK(m.num_pkts() == 1);
+    CHECK(m.size() == size);
+  }
+  f.allocator.free(hdrs);
+}
+
 TEST_CASE("a view of application memory has its headers in a block of their own") {
   Fixture f;
   constexpr uint32_t kAppLkey = 42;

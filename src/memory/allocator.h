@@ -156,6 +156,29 @@ struct MsgBufferAccess {
   // A view of packet data that lives elsewhere (an RX ring buffer): buf
   // points at the packet header, data follows. Not freeable.
   static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
+  // make_view of a one-packet message, written in place: the server's
+  // zero-copy request, once per small RPC. REQUIRES: data_size <=
+  // data_per_pkt.
+  static void set_one_pkt_view(MsgBuffer& m, uint8_t* hdr_and_data, size_t data_size,
+                               size_t data_per_pkt) {
+    m.buf_ = hdr_and_data;
+    m.data_ = hdr_and_data + kPktHeaderBytes;
+    m.max_data_size_ = static_cast<uint32_t>(data_size);
+    m.data_size_ = static_cast<uint32_t>(data_size);
+    m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
+    m.num_pkts_ = 1;
+    m.tail_hdr_offset_ = static_cast<uint32_t>(tail_hdr_offset_for(data_size));
+    m.size_class_ = 0;
+    m.region_ = nullptr;
+    m.data_region_ = nullptr;
+    m.app_gen_ = 0;
+    m.lkey_ = 0;
+  }
+  // Offset of header 1 from header 0 in a buffer of max_data bytes: after
+  // the data, padded to 8 bytes so that the headers stay aligned.
+  static size_t tail_hdr_offset_for(size_t max_data) {
+    return kPktHeaderBytes + (max_data + 7) / 8 * 8;
+  }
   static Allocation allocation_of(const MsgBuffer& m);
   // Header of packet pkt_num. Inline, like the three below: per packet.
   static uint8_t* hdr(MsgBuffer& m, size_t pkt_num) {

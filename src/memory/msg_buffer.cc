@@ -5,13 +5,6 @@
 #include "memory/allocator.h"
 
 namespace rpc {
-namespace {
-
-// The data area is padded to 8 bytes so the headers after it stay aligned.
-size_t tail_hdr_offset_for(size_t max_data) { return kPktHeaderBytes + (max_data + 7) / 8 * 8; }
-
-}  // namespace
-
 namespace detail {
 
 size_t MsgBufferAccess::alloc_bytes(size_t max_data, size_t data_per_pkt) {

@@ -244,6 +244,7 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
         slot.req_rx++;
         slot.rx_progress_ns = now_ns_;
         if (last_pkt) {
+          ReqHandleAccess::req(slot.handle) = slot.req_buf;
           invoke_handler(session, slot, hdr.req_type());
         } else {
           tx_credit_return(session, hdr.req_type(), hdr.pkt_num(), req_num);
@@ -330,15 +331,16 @@ bool RpcImpl::budget_admits(Session& session, size_t bytes) {
   return true;
 }
 
+// Only owned buffers are ever in req_buf (a zero-copy request's view lives
+// in the handle), and only they are charged to the budget.
 void RpcImpl::free_req_buf(ServerSlot& slot) {
-  if (slot.owns_req_buf) {  // only owned buffers are charged to the budget
-    free_msg_buffer(slot.req_buf);
-    slot.owns_req_buf = false;
-    slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
-    slot.session->host->budget_bytes -= slot.rx_budget_bytes;
-    rx_budget_used_bytes_ -= slot.rx_budget_bytes;
-    slot.rx_budget_bytes = 0;
-  }
+  if (!slot.owns_req_buf) return;
+  free_msg_buffer(slot.req_buf);
+  slot.owns_req_buf = false;
+  slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
+  slot.session->host->budget_bytes -= slot.rx_budget_bytes;
+  rx_budget_used_bytes_ -= slot.rx_budget_bytes;
+  slot.rx_budget_bytes = 0;
   slot.req_buf = MsgBuffer();
 }
 
@@ -408,8 +410,11 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   slot.req_pkts = pkts_for_size(msg_size, dpp);
   const HandlerEntry& entry = (*handlers_)[hdr.req_type()];
   if (slot.req_pkts == 1 && entry.mode == HandlerMode::kForeground && !entry.keeps_request) {
-    // Zero copy: the handler reads the request straight from the RX ring.
-    slot.req_buf = MsgBufferAccess::make_view(pkt, msg_size, caps_.max_data_per_pkt);
+    // Zero copy: the handler reads the request straight from the RX ring
+    // (the view lives in the handle only; the slot's req_buf holds owned
+    // buffers alone).
+    MsgBufferAccess::set_one_pkt_view(ReqHandleAccess::req(slot.handle), pkt, msg_size,
+                                      caps_.max_data_per_pkt);
     slot.req_rx = 1;
     invoke_handler(session, slot, hdr.req_type());
     return;
@@ -423,6 +428,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   stats_.payload_bytes_copied += data_len;
   slot.req_rx = 1;
   if (slot.req_pkts == 1) {
+    ReqHandleAccess::req(slot.handle) = slot.req_buf;
     invoke_handler(session, slot, hdr.req_type());
     return;
   }
@@ -434,7 +440,6 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
 void RpcImpl::invoke_handler(Session& session, ServerSlot& slot, ReqType req_type) {
   set_slot_state(slot, ServerSlotState::kInHandler);
   ReqHandle& handle = slot.handle;
-  ReqHandleAccess::req(handle) = slot.req_buf;
   ReqHandleAccess::set_req_type(handle, req_type);
   ReqHandleAccess::set_background(handle, false);
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);

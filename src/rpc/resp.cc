@@ -60,7 +60,9 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
   Session& session = *slot.session;
   MsgBuffer& pre_resp = ReqHandleAccess::pre_resp(handle);
   if (&resp == &pre_resp || MsgBufferAccess::raw(resp) == MsgBufferAccess::raw(pre_resp)) {
-    pre_resp = resp;  // pick up a resize done on a copy of the handle
+    // Pick up a resize done on a copy of the handle (a 64-byte copy onto
+    // itself in the common case, where the handler resized pre_resp).
+    if (&resp != &pre_resp) pre_resp = resp;
     slot.resp = &pre_resp;
   } else {
     free_dyn_resp(slot);

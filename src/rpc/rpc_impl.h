@@ -254,6 +254,8 @@ class RpcImpl final : public RpcEndpoint {
   void server_process_req(Session& session, const PktHdr& hdr, uint8_t* pkt, size_t data_len);
   void server_new_req(Session& session, ServerSlot& slot, const PktHdr& hdr, uint8_t* pkt,
                       size_t data_len);
+  // Runs the handler on the request already in slot.handle (an owned buffer
+  // or a zero-copy view).
   void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
   void release_server_slot(ServerSlot& slot);
   void set_slot_state(ServerSlot& slot, ServerSlotState to);

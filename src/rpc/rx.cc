@@ -16,6 +16,12 @@ size_t RpcImpl::process_rx() {
 bool RpcImpl::header_sane(const PktHdr& hdr, size_t data_len) {
   const size_t dpp = caps_.max_data_per_pkt;
   const size_t msg_size = hdr.msg_size();
+  // The common case first, with the answer the checks below give it: a
+  // plain request or response of one packet.
+  const PktType type = hdr.pkt_type();
+  if (hdr.plain() && (type == PktType::kReq || type == PktType::kResp) && msg_size <= dpp) {
+    return hdr.pkt_num() == 0 && data_len == msg_size;
+  }
   if (hdr.status() > RespStatus::kResponseDropped) return false;  // no such status
   if (hdr.restart()) {  // a header-only notice about one request (rpc/pkt_loss.cc)
     return hdr.pkt_type() == PktType::kExplCr && hdr.status() == RespStatus::kOk && !hdr.bulk() &&

@@ -96,6 +96,9 @@ struct PktHdr {
   bool restart() const { return ((w1 >> 53) & 1) != 0; }
   RespStatus status() const { return static_cast<RespStatus>((w1 >> 49) & 0xF); }
   bool magic_ok() const { return magic() == kPktMagic; }
+  // Status kOk, neither bulk nor a restart notice: every packet of a
+  // plain request or response (one test of the six bits 48-53).
+  bool plain() const { return ((w1 >> 48) & 0x3F) == 0; }
 
   // Wire I/O. x86-64 and AArch64 Linux are little-endian; the static_assert
   // below makes a big-endian port fail to build instead of misbehave.
