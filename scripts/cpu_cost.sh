@@ -14,8 +14,14 @@
 # The program pushes the engine's wall-clock timers (loss scan, Timely's
 # thresholds) out of the run: callgrind's 50-100x slowdown made them fire
 # every few RPCs instead of every few hundred, and the count swung by 400
-# from run to run (bench/cpu_cost/cpu_cost.cc says more). It is now exact
-# to a few instructions between runs.
+# from run to run (bench/cpu_cost/cpu_cost.cc says more). One timer is
+# left: the loop clock renews its anchor every real millisecond
+# (common/loop_clock.h), every few RPCs under callgrind, so the count
+# varies by about 10-20 between runs (more on a loaded machine) and
+# includes some 20 instructions per RPC that natively come once per
+# thousands of RPCs. To compare two builds, run both with
+# LIBRPC_LOOP_CLOCK=monotonic: the count is then exact to an instruction
+# (the clock is read through clock_gettime, outside librpc.so).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}

@@ -331,10 +331,7 @@ bool RpcImpl::budget_admits(Session& session, size_t bytes) {
   return true;
 }
 
-// Only owned buffers are ever in req_buf (a zero-copy request's view lives
-// in the handle), and only they are charged to the budget.
-void RpcImpl::free_req_buf(ServerSlot& slot) {
-  if (!slot.owns_req_buf) return;
+void RpcImpl::free_owned_req_buf(ServerSlot& slot) {
   free_msg_buffer(slot.req_buf);
   slot.owns_req_buf = false;
   slot.session->rx_budget_bytes -= slot.rx_budget_bytes;
@@ -342,17 +339,6 @@ void RpcImpl::free_req_buf(ServerSlot& slot) {
   rx_budget_used_bytes_ -= slot.rx_budget_bytes;
   slot.rx_budget_bytes = 0;
   slot.req_buf = MsgBuffer();
-}
-
-void RpcImpl::release_server_slot(ServerSlot& slot) {
-  // A read still filling the request buffer keeps it until it is done.
-  if (slot.bulk_read != kNoBulkRead) orphan_server_read(slot);
-  free_req_buf(slot);
-  // The cached response is acknowledged (or its client gone): peers can no
-  // longer read it.
-  if (slot.resp_exposure.active()) transport_->revoke_exposure(slot.resp_exposure);
-  free_dyn_resp(slot);
-  slot.resp = nullptr;
 }
 
 // A stale request received in part, dropped to make room for others

@@ -204,8 +204,21 @@ class RpcImpl final : public RpcEndpoint {
   // tx.cc
   // lkey: the data's registration; hdr_lkey: the header's (they differ
   // for a view of application memory).
+  // Inline: once per packet sent, and its six arguments cost more to pass
+  // than its body to run.
   void tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
-                  uint32_t hdr_lkey, Session& session);
+                  uint32_t hdr_lkey, Session& session) {
+    session.stats.tx_pkts++;
+    stats_.tx_pkts++;
+    if (drop_enabled_ && inject_drop()) [[unlikely]] {
+      stats_.tx_dropped_injected++;
+      return;
+    }
+    tx_batch_[tx_batch_size_++] =
+        TxItem{&session.remote_route, hdr, data, data_len, lkey, hdr_lkey};
+    if (tx_batch_size_ == kTxBatch) [[unlikely]]
+      tx_flush();
+  }
   // The packet pkt_num of `m` (its header already written).
   void tx_msg_pkt(MsgBuffer& m, size_t pkt_num, Session& session) {
     tx_enqueue(MsgBufferAccess::hdr(m, pkt_num), MsgBufferAccess::pkt_data(m, pkt_num),
@@ -257,11 +270,30 @@ class RpcImpl final : public RpcEndpoint {
   // Runs the handler on the request already in slot.handle (an owned buffer
   // or a zero-copy view).
   void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
-  void release_server_slot(ServerSlot& slot);
+  // Ends what the slot holds of its request and response. Inline, like
+  // free_req_buf: every new request releases its slot, and usually there
+  // is nothing to end.
+  void release_server_slot(ServerSlot& slot) {
+    // A read still filling the request buffer keeps it until it is done.
+    if (slot.bulk_read != kNoBulkRead) [[unlikely]]
+      orphan_server_read(slot);
+    free_req_buf(slot);
+    // The cached response is acknowledged (or its client gone): peers can
+    // no longer read it.
+    if (slot.resp_exposure.active()) [[unlikely]]
+      transport_->revoke_exposure(slot.resp_exposure);
+    free_dyn_resp(slot);
+    slot.resp = nullptr;
+  }
   void set_slot_state(ServerSlot& slot, ServerSlotState to);
   bool alloc_req_buf(Session& session, ServerSlot& slot, size_t size);
   bool budget_admits(Session& session, size_t bytes);
-  void free_req_buf(ServerSlot& slot);
+  // Only owned buffers are ever in req_buf (a zero-copy request's view
+  // lives in the handle), and only they are charged to the budget.
+  void free_req_buf(ServerSlot& slot) {
+    if (slot.owns_req_buf) free_owned_req_buf(slot);
+  }
+  void free_owned_req_buf(ServerSlot& slot);
   void abandon_partial_request(Session& session, ServerSlot& slot);
   // resp.cc
   void apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus status);

@@ -11,18 +11,6 @@ bool RpcImpl::inject_drop() {
   return drop_threshold_ == UINT64_MAX || rng_state_ * 2685821657736338717ull < drop_threshold_;
 }
 
-void RpcImpl::tx_enqueue(const uint8_t* hdr, const uint8_t* data, uint32_t data_len, uint32_t lkey,
-                         uint32_t hdr_lkey, Session& session) {
-  session.stats.tx_pkts++;
-  stats_.tx_pkts++;
-  if (drop_enabled_ && inject_drop()) {
-    stats_.tx_dropped_injected++;
-    return;
-  }
-  tx_batch_[tx_batch_size_++] = TxItem{&session.remote_route, hdr, data, data_len, lkey, hdr_lkey};
-  if (tx_batch_size_ == kTxBatch) tx_flush();
-}
-
 uint8_t* RpcImpl::ctrl_hdr_slot() {
   // One header buffer per batch entry: a slot is reused only after the
   // batch that used it was flushed.
