@@ -56,6 +56,10 @@ sockaddr_in to_sockaddr(const UdpRoutingInfo& info) {
 }
 
 // The destination of a resolved route (see kUdpResolvedDstOffset).
+const sockaddr* dst_addr_of(const RoutingInfo& resolved) {
+  return reinterpret_cast<const sockaddr*>(resolved.bytes.data() + kUdpResolvedDstOffset);
+}
+
 sockaddr_in dst_of(const RoutingInfo& resolved) {
   sockaddr_in addr;
   std::memcpy(&addr, resolved.bytes.data() + kUdpResolvedDstOffset, sizeof(addr));
@@ -206,18 +210,33 @@ UdpTransport::~UdpTransport() {
 void UdpTransport::tx_burst(std::span<const TxItem> items) {
   // One datagram whose data follows its header in memory (packet 0 of a
   // MsgBuffer, or a header-only packet): sendto skips the kernel's msghdr
-  // and iovec imports, which matters on the latency path.
+  // and iovec imports, which matters on the latency path. The address is
+  // handed to the kernel where the resolved route keeps it (the kernel
+  // copies it; no alignment needed).
   if (items.size() == 1 &&
-      (items[0].data_len == 0 || items[0].hdr + kPktHeaderBytes == items[0].data)) {
+      (items[0].data_len == 0 || items[0].hdr + kPktHeaderBytes == items[0].data)) [[likely]] {
     const TxItem& item = items[0];
-    const sockaddr_in dst = dst_of(*item.route);
-    for (int retries = 0; retries <= kMaxTxRetries; retries++) {
-      const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
-                                 reinterpret_cast<const sockaddr*>(&dst), sizeof(dst));
-      if (r >= 0 || (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)) return;
-    }
+    const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
+                               dst_addr_of(*item.route), sizeof(sockaddr_in));
+    if (r < 0) [[unlikely]]
+      retry_send_one(item);
     return;
   }
+  tx_burst_many(items);
+}
+
+// The first sendto of tx_burst failed: again while the socket buffer is
+// full (or a signal interrupted it), up to kMaxTxRetries more times.
+void UdpTransport::retry_send_one(const TxItem& item) {
+  for (int retries = 1; retries <= kMaxTxRetries; retries++) {
+    if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) return;
+    const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
+                               dst_addr_of(*item.route), sizeof(sockaddr_in));
+    if (r >= 0) return;
+  }
+}
+
+void UdpTransport::tx_burst_many(std::span<const TxItem> items) {
   if (gso_) {
     const size_t done = send_offloaded(items);
     if (done == items.size()) return;
@@ -558,6 +577,14 @@ int UdpTransport::receive_gro(RxPacket& first) {
     hand_out_ring_buffer();
     return 0;
   }
+  return stage_received(first, r);
+}
+
+// The rest of receive_gro: several datagrams, or merged or truncated ones.
+// Out of line, so that the common case above saves fewer registers.
+int UdpTransport::stage_received(RxPacket& first, int r) {
+  const size_t pkt_bytes = caps_.max_pkt_bytes;
+  uint8_t* slot = &ring_mem_[ring_head_ * pkt_bytes];
   int result = 1;
   for (size_t i = 0; i < static_cast<size_t>(r); i++) {
     msghdr& h = stage_msgs_[i].msg_hdr;

@@ -102,6 +102,8 @@ class UdpTransport final : public Transport {
   void enable_offloads();
   // Out of line: inlined, their register and stack needs would make
   // tx_burst save and restore them on every single-datagram send too.
+  [[gnu::noinline]] void retry_send_one(const TxItem& item);            // see send_plain
+  [[gnu::noinline]] void tx_burst_many(std::span<const TxItem> items);  // see send_plain
   [[gnu::noinline]] size_t send_offloaded(std::span<const TxItem> items);
   [[gnu::noinline]] size_t send_plain(std::span<const TxItem> items);
   bool gso_ = false;
@@ -125,6 +127,7 @@ class UdpTransport final : public Transport {
   [[gnu::noinline]] size_t rx_burst_plain(std::span<RxPacket> out);  // see send_plain
   [[gnu::noinline]] size_t take_staged(std::span<RxPacket> out);     // see send_plain
   int receive_gro(RxPacket& first);
+  [[gnu::noinline]] int stage_received(RxPacket& first, int r);  // see send_plain
   [[gnu::noinline]] bool stage(uint32_t buf_index, uint32_t len, uint32_t seg, uint64_t src_key);
   uint32_t segment_size_of(msghdr& h, uint32_t len);
   struct Staged {
