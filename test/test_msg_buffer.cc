@@ -187,11 +187,15 @@ TEST_CASE("a view wraps received packet data without owning it") {
   CHECK(MsgBufferAccess::lkey(m) == 0);
 }
 
-// The server's zero-copy request view is written over the handle's
-// previous request, which may have been an owned buffer or a view of
-// application memory: nothing of it may survive.
+// set_one_pkt_view must write every field: whatever the MsgBuffer held
+// before (an owned buffer of several packets with another packet size and
+// size class, or a view of application memory), nothing of it may survive.
 TEST_CASE("a one-packet view written in place is make_view's and keeps nothing of what was there") {
   Fixture f;
+  constexpr size_t kOtherDataPerPkt = 512;
+  const Allocation owned = f.allocator.alloc(MsgBufferAccess::alloc_bytes(5000, kOtherDataPerPkt));
+  REQUIRE(owned.buf != nullptr);
+  REQUIRE(owned.size_class != 0);
   std::vector<uint8_t> pool(4096, 0xab);
   rpc::detail::AppRegion app;
   app.base = pool.data();
@@ -200,21 +204,27 @@ TEST_CASE("a one-packet view written in place is make_view's and keeps nothing o
   app.gen = 7;
   const Allocation hdrs = f.allocator.alloc(MsgBufferAccess::view_hdr_bytes(100, kDataPerPkt));
   REQUIRE(hdrs.buf != nullptr);
-  MsgBuffer m = MsgBufferAccess::make_app_view(hdrs, app, pool.data(), 100, kDataPerPkt);
-  REQUIRE(m.is_app_view());
   std::vector<uint8_t> packet(kPktHeaderBytes + kDataPerPkt, 0x5a);
 
   for (const size_t size : {size_t{0}, size_t{1}, size_t{33}, kDataPerPkt}) {
-    MsgBufferAccess::set_one_pkt_view(m, packet.data(), size, kDataPerPkt);
-    const MsgBuffer expected = MsgBufferAccess::make_view(packet.data(), size, kDataPerPkt);
-    CHECK(std::memcmp(&m, &expected, sizeof(MsgBuffer)) == 0);
-    CHECK_FALSE(m.is_app_view());
-    CHECK(MsgBufferAccess::region(m) == nullptr);
-    CHECK(MsgBufferAccess::lkey(m) == 0);
-    CHECK(m.num_pkts() == 1);
-    CHECK(m.size() == size);
+    for (const bool was_app_view : {false, true}) {
+      MsgBuffer m = was_app_view
+                        ? MsgBufferAccess::make_app_view(hdrs, app, pool.data(), 100, kDataPerPkt)
+                        : MsgBufferAccess::make(owned, 5000, kOtherDataPerPkt);
+      REQUIRE(m.valid());
+      if (!was_app_view) REQUIRE(m.num_pkts() > 1);
+      MsgBufferAccess::set_one_pkt_view(m, packet.data(), size, kDataPerPkt);
+      const MsgBuffer expected = MsgBufferAccess::make_view(packet.data(), size, kDataPerPkt);
+      CHECK(std::memcmp(&m, &expected, sizeof(MsgBuffer)) == 0);
+      CHECK_FALSE(m.is_app_view());
+      CHECK(MsgBufferAccess::region(m) == nullptr);
+      CHECK(MsgBufferAccess::lkey(m) == 0);
+      CHECK(m.num_pkts() == 1);
+      CHECK(m.size() == size);
+    }
   }
   f.allocator.free(hdrs);
+  f.allocator.free(owned);
 }
 
 TEST_CASE("a view of application memory has its headers in a block of their own") {

@@ -153,8 +153,9 @@ struct MsgBufferAccess {
   // Freeing it frees the header block only.
   static MsgBuffer make_app_view(const Allocation& hdrs, AppRegion& app, uint8_t* data, size_t size,
                                  size_t data_per_pkt);
-  // A view of packet data that lives elsewhere (an RX ring buffer): buf
-  // points at the packet header, data follows. Not freeable.
+  // A view of packet data that lives elsewhere: buf points at the packet
+  // header, data follows. Not freeable. (The server's zero-copy request
+  // takes set_one_pkt_view below.)
   static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
   // make_view of a one-packet message, written in place: the server's
   // zero-copy request, once per small RPC. REQUIRES: data_size <=

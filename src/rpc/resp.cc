@@ -81,8 +81,8 @@ void RpcImpl::apply_response(ReqHandle& handle, MsgBuffer& resp, RespStatus stat
     rx_budget_used_bytes_ += slot.resp_budget_bytes;
   }
   slot.status = static_cast<uint8_t>(status);
-  // The request buffer is no longer needed; a zero-copy view dies with the
-  // RX burst anyway.
+  // The request buffer is no longer needed (a zero-copy view was never in
+  // the slot, and dies with the RX burst).
   free_req_buf(slot);
   ReqHandleAccess::req(handle) = MsgBuffer();
   set_slot_state(slot, ServerSlotState::kResponded);

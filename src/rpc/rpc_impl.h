@@ -201,7 +201,7 @@ class RpcImpl final : public RpcEndpoint {
  private:
   // ev_loop.cc
   void poll_sm_queue();
-  // tx.cc
+  // tx.cc (tx_enqueue is inline, here)
   // lkey: the data's registration; hdr_lkey: the header's (they differ
   // for a view of application memory).
   // Inline: once per packet sent, and its six arguments cost more to pass

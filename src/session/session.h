@@ -217,7 +217,7 @@ struct ServerSlot {
   bool abandoned = false;
   uint64_t rx_progress_ns = 0;  // last request packet accepted (partial-request timeout)
   uint64_t rx_start_ns = 0;     // packet 0 accepted: the request's arrival rate is measured from it
-  MsgBuffer req_buf;            // assembled request (owned when owns_req_buf)
+  MsgBuffer req_buf;            // assembled request: owned (owns_req_buf) whenever valid
   MsgBuffer* resp = nullptr;    // response being served: &handle.pre_resp_ or &dyn_resp
   MsgBuffer dyn_resp;           // a handler-allocated response, freed with the next request
   MsgBuffer bulk_ctrl;          // control payload, a BulkCtrl (bulk transports)

@@ -56,10 +56,6 @@ sockaddr_in to_sockaddr(const UdpRoutingInfo& info) {
 }
 
 // The destination of a resolved route (see kUdpResolvedDstOffset).
-const sockaddr* dst_addr_of(const RoutingInfo& resolved) {
-  return reinterpret_cast<const sockaddr*>(resolved.bytes.data() + kUdpResolvedDstOffset);
-}
-
 sockaddr_in dst_of(const RoutingInfo& resolved) {
   sockaddr_in addr;
   std::memcpy(&addr, resolved.bytes.data() + kUdpResolvedDstOffset, sizeof(addr));
@@ -210,14 +206,13 @@ UdpTransport::~UdpTransport() {
 void UdpTransport::tx_burst(std::span<const TxItem> items) {
   // One datagram whose data follows its header in memory (packet 0 of a
   // MsgBuffer, or a header-only packet): sendto skips the kernel's msghdr
-  // and iovec imports, which matters on the latency path. The address is
-  // handed to the kernel where the resolved route keeps it (the kernel
-  // copies it; no alignment needed).
+  // and iovec imports, which matters on the latency path.
   if (items.size() == 1 &&
       (items[0].data_len == 0 || items[0].hdr + kPktHeaderBytes == items[0].data)) [[likely]] {
     const TxItem& item = items[0];
+    const sockaddr_in dst = dst_of(*item.route);
     const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
-                               dst_addr_of(*item.route), sizeof(sockaddr_in));
+                               reinterpret_cast<const sockaddr*>(&dst), sizeof(dst));
     if (r < 0) [[unlikely]]
       retry_send_one(item);
     return;
@@ -228,10 +223,11 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
 // The first sendto of tx_burst failed: again while the socket buffer is
 // full (or a signal interrupted it), up to kMaxTxRetries more times.
 void UdpTransport::retry_send_one(const TxItem& item) {
+  const sockaddr_in dst = dst_of(*item.route);
   for (int retries = 1; retries <= kMaxTxRetries; retries++) {
     if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) return;
     const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
-                               dst_addr_of(*item.route), sizeof(sockaddr_in));
+                               reinterpret_cast<const sockaddr*>(&dst), sizeof(dst));
     if (r >= 0) return;
   }
 }
