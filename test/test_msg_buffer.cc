@@ -187,7 +187,7 @@ TEST_CASE("a view wraps received packet data without owning it") {
   CHECK(MsgBufferAccess::lkey(m) == 0);
 }
 
-// set_one_pkt_view must write every field: whatever the MsgBuffer held
+// set_view must write every field: whatever the MsgBuffer held
 // before (an owned buffer of several packets with another packet size and
 // size class, or a view of application memory), nothing of it may survive.
 TEST_CASE("a one-packet view written in place is make_view's and keeps nothing of what was there") {
@@ -213,7 +213,7 @@ TEST_CASE("a one-packet view written in place is make_view's and keeps nothing o
                         : MsgBufferAccess::make(owned, 5000, kOtherDataPerPkt);
       REQUIRE(m.valid());
       if (!was_app_view) REQUIRE(m.num_pkts() > 1);
-      MsgBufferAccess::set_one_pkt_view(m, packet.data(), size, kDataPerPkt);
+      MsgBufferAccess::set_view(m, packet.data(), size, kDataPerPkt);
       const MsgBuffer expected = MsgBufferAccess::make_view(packet.data(), size, kDataPerPkt);
       CHECK(std::memcmp(&m, &expected, sizeof(MsgBuffer)) == 0);
       CHECK_FALSE(m.is_app_view());

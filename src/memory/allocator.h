@@ -154,20 +154,22 @@ struct MsgBufferAccess {
   static MsgBuffer make_app_view(const Allocation& hdrs, AppRegion& app, uint8_t* data, size_t size,
                                  size_t data_per_pkt);
   // A view of packet data that lives elsewhere: buf points at the packet
-  // header, data follows. Not freeable. (The server's zero-copy request
-  // takes set_one_pkt_view below.)
-  static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt);
-  // make_view of a one-packet message, written in place: the server's
-  // zero-copy request, once per small RPC. REQUIRES: data_size <=
-  // data_per_pkt.
-  static void set_one_pkt_view(MsgBuffer& m, uint8_t* hdr_and_data, size_t data_size,
-                               size_t data_per_pkt) {
+  // header, data follows. Not freeable.
+  static MsgBuffer make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt) {
+    MsgBuffer m;
+    set_view(m, hdr_and_data, data_size, data_per_pkt);
+    return m;
+  }
+  // make_view written in place over whatever `m` held (every field): the
+  // server's zero-copy request goes straight into its handle, once per
+  // small RPC.
+  static void set_view(MsgBuffer& m, uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt) {
     m.buf_ = hdr_and_data;
     m.data_ = hdr_and_data + kPktHeaderBytes;
     m.max_data_size_ = static_cast<uint32_t>(data_size);
     m.data_size_ = static_cast<uint32_t>(data_size);
     m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
-    m.num_pkts_ = 1;
+    m.num_pkts_ = static_cast<uint32_t>(pkts_for_size(data_size, data_per_pkt));
     m.tail_hdr_offset_ = static_cast<uint32_t>(tail_hdr_offset_for(data_size));
     m.size_class_ = 0;
     m.region_ = nullptr;

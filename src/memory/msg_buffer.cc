@@ -39,19 +39,6 @@ MsgBuffer MsgBufferAccess::make_app_view(const Allocation& hdrs, AppRegion& app,
   return m;
 }
 
-MsgBuffer MsgBufferAccess::make_view(uint8_t* hdr_and_data, size_t data_size, size_t data_per_pkt) {
-  const auto num_pkts = static_cast<uint32_t>(detail::pkts_for_size(data_size, data_per_pkt));
-  MsgBuffer m;
-  m.buf_ = hdr_and_data;
-  m.data_ = hdr_and_data + kPktHeaderBytes;
-  m.max_data_size_ = static_cast<uint32_t>(data_size);
-  m.data_size_ = static_cast<uint32_t>(data_size);
-  m.data_per_pkt_ = static_cast<uint32_t>(data_per_pkt);
-  m.num_pkts_ = num_pkts;
-  m.tail_hdr_offset_ = static_cast<uint32_t>(tail_hdr_offset_for(data_size));
-  return m;
-}
-
 Allocation MsgBufferAccess::allocation_of(const MsgBuffer& m) {
   const size_t len = m.is_app_view() ? view_hdr_bytes(m.max_data_size_, m.data_per_pkt_)
                                      : alloc_bytes(m.max_data_size_, m.data_per_pkt_);

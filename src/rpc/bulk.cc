@@ -226,8 +226,7 @@ void RpcImpl::poll_bulk() {
         continue;
       }
       slot.req_rx = 1;
-      ReqHandleAccess::req(slot.handle) = slot.req_buf;
-      invoke_handler(session, slot, slot.handle.req_type());
+      invoke_handler_on_req_buf(session, slot, slot.handle.req_type());
       continue;
     }
     ClientSlot& slot = session.cslots[req_num % kSessionReqWindow];

@@ -244,8 +244,7 @@ void RpcImpl::server_process_req(Session& session, const PktHdr& hdr, uint8_t* p
         slot.req_rx++;
         slot.rx_progress_ns = now_ns_;
         if (last_pkt) {
-          ReqHandleAccess::req(slot.handle) = slot.req_buf;
-          invoke_handler(session, slot, hdr.req_type());
+          invoke_handler_on_req_buf(session, slot, hdr.req_type());
         } else {
           tx_credit_return(session, hdr.req_type(), hdr.pkt_num(), req_num);
         }
@@ -399,8 +398,8 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
     // Zero copy: the handler reads the request straight from the RX ring
     // (the view lives in the handle only; the slot's req_buf holds owned
     // buffers alone).
-    MsgBufferAccess::set_one_pkt_view(ReqHandleAccess::req(slot.handle), pkt, msg_size,
-                                      caps_.max_data_per_pkt);
+    MsgBufferAccess::set_view(ReqHandleAccess::req(slot.handle), pkt, msg_size,
+                              caps_.max_data_per_pkt);
     slot.req_rx = 1;
     invoke_handler(session, slot, hdr.req_type());
     return;
@@ -414,8 +413,7 @@ void RpcImpl::server_new_req(Session& session, ServerSlot& slot, const PktHdr& h
   stats_.payload_bytes_copied += data_len;
   slot.req_rx = 1;
   if (slot.req_pkts == 1) {
-    ReqHandleAccess::req(slot.handle) = slot.req_buf;
-    invoke_handler(session, slot, hdr.req_type());
+    invoke_handler_on_req_buf(session, slot, hdr.req_type());
     return;
   }
   set_slot_state(slot, ServerSlotState::kReceiving);

@@ -270,6 +270,11 @@ class RpcImpl final : public RpcEndpoint {
   // Runs the handler on the request already in slot.handle (an owned buffer
   // or a zero-copy view).
   void invoke_handler(Session& session, ServerSlot& slot, ReqType req_type);
+  // invoke_handler on the request assembled in slot.req_buf (owned).
+  void invoke_handler_on_req_buf(Session& session, ServerSlot& slot, ReqType req_type) {
+    ReqHandleAccess::req(slot.handle) = slot.req_buf;
+    invoke_handler(session, slot, req_type);
+  }
   // Ends what the slot holds of its request and response. Inline, like
   // free_req_buf: every new request releases its slot, and usually there
   // is nothing to end.
