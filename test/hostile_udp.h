@@ -31,8 +31,6 @@ namespace rpc::test::hostile {
 
 using namespace rpc::detail;
 
-inline NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
-
 inline uint16_t port_of_uri(const std::string& uri) {
   return static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1)));
 }

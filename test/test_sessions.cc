@@ -21,8 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
-
 // A UDP port on 127.0.0.1 that nothing listens on (bound, then released).
 uint16_t unused_udp_port() {
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);

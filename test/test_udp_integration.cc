@@ -29,8 +29,6 @@ void register_echo(Nexus& nexus) {
   REQUIRE(nexus.register_handler(kEchoBg, echo_into_response, HandlerMode::kBackground));
 }
 
-NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
-
 // One request of `size` bytes on a fresh session; checks every byte back.
 void echo_roundtrip(Rpc& client, SessionNum sn, size_t size, uint64_t seed,
                     ReqType req_type = kEcho) {

@@ -33,6 +33,9 @@ inline RpcConfig test_rpc_config(RpcConfig config) {
   return config;
 }
 
+// A Nexus on loopback, on a port the kernel picks.
+inline NexusConfig local_nexus() { return NexusConfig{.uri = "127.0.0.1:0"}; }
+
 inline constexpr ReqType kEcho = 1;          // foreground echo
 inline constexpr ReqType kEchoBg = 2;        // background echo
 inline constexpr ReqType kEchoDeferred = 3;  // responds from a later loop iteration

@@ -19,12 +19,6 @@ using namespace rpc;
 using namespace rpc::detail;
 using namespace rpc::test;
 
-namespace {
-
-RpcConfig verbs_config() { return RpcConfig{.transport = "verbs", .rx_ring_size = 256}; }
-
-}  // namespace
-
 TEST_CASE("the verbs transport opens a device and sends datagrams within the port MTU", "[verbs]") {
   VerbsTransport a(verbs_config());
   VerbsTransport b(verbs_config());

@@ -27,7 +27,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-RpcConfig verbs_config() { return RpcConfig{.transport = "verbs", .rx_ring_size = 256}; }
 RpcConfig verbs_config_with(RpcConfig config) {
   config.transport = "verbs";
   return config;
@@ -415,14 +414,16 @@ TEST_CASE("verbs RC: without memory windows, an exposure is a registration of th
 
 namespace {
 
-void register_echo(Nexus& nexus) { REQUIRE(nexus.register_handler(kEcho, echo_into_response)); }
+void register_foreground_echo(Nexus& nexus) {
+  REQUIRE(nexus.register_handler(kEcho, echo_into_response));
+}
 
 }  // namespace
 
 TEST_CASE("over verbs, random sizes from 16 KiB to 8 MiB travel by RC READ, byte for byte",
           "[verbs]") {
   Nexus nexus(NexusConfig{.uri = "127.0.0.1:0"});
-  register_echo(nexus);
+  register_foreground_echo(nexus);
   ServerThread server(nexus, verbs_config_with({.rpc_id = 1}));
   Rpc client(nexus, verbs_config_with({.rpc_id = 0}));
   auto sn = client.create_session(nexus.uri(), 1);

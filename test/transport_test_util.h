@@ -21,6 +21,10 @@
 
 namespace rpc::test {
 
+// A verbs Rpc or transport on the first active port, with a receive ring
+// small enough for Soft-RoCE's queue limits.
+inline RpcConfig verbs_config() { return RpcConfig{.transport = "verbs", .rx_ring_size = 256}; }
+
 // One buffer registered with a transport, to send from.
 struct TxBuffer {
   detail::Transport& transport;

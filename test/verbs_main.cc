@@ -2,12 +2,12 @@
 // test tagged [any_transport], run over the verbs transport. Exits 77
 // (skipped) on a machine without an RDMA port that is up; scripts/rxe-vm.sh
 // runs the suite on Soft-RoCE inside a VM.
-#define CATCH_CONFIG_RUNNER
 #include <infiniband/verbs.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+
+#include "catch_run.h"
 
 namespace {
 
@@ -35,10 +35,5 @@ int main(int argc, char** argv) {
     return 77;
   }
   setenv("LIBRPC_TEST_TRANSPORT", "verbs", 1);
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  if (session.configData().testsOrTags.empty()) {
-    session.configData().testsOrTags = {"[verbs],[any_transport]"};
-  }
-  return session.run();
+  return rpc::test::run_catch_session(argc, argv, "[verbs],[any_transport]");
 }

@@ -29,10 +29,6 @@ constexpr size_t kMinMtuBytes = kIpv4UdpHeaderBytes + kPktHeaderBytes + 64;
 constexpr size_t kMaxMtuBytes = 65535;
 // 65535 minus the IPv4 and UDP headers: the largest UDP payload over IPv4.
 constexpr size_t kMaxUdpPayloadBytes = 65507;
-// sendmmsg calls that may hit a full socket buffer (EAGAIN/ENOBUFS) in one
-// tx_burst before the rest is dropped. Busy retrying briefly beats dropping,
-// which costs a whole RTO; retrying forever would stall the event loop.
-constexpr int kMaxTxRetries = 64;
 
 static_assert(CMSG_SPACE(sizeof(int)) <= 24 && CMSG_SPACE(sizeof(uint16_t)) <= 24,
               "UdpTransport::kCmsgBytes holds one UDP_SEGMENT or UDP_GRO control message");

@@ -66,6 +66,11 @@ class UdpTransport final : public Transport {
   void fail_next_gso_send_for_testing() { fail_next_gso_ = true; }
 
   static constexpr size_t kMaxBatch = 32;  // datagrams per sendmmsg/recvmmsg
+  // Sends that may hit a full socket buffer (EAGAIN, ENOBUFS) or a signal
+  // (EINTR) again in one tx_burst before the rest of it is dropped. Busy
+  // retrying briefly beats dropping, which costs a whole RTO; retrying
+  // forever would stall the event loop.
+  static constexpr int kMaxTxRetries = 64;
   // The kernel's bounds on one segmented send or merged receive
   // (UDP_MAX_SEGMENTS, UDP_GRO_CNT_MAX) and its bytes (one IP datagram).
   static constexpr size_t kMaxSegments = 64;
