@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -20,11 +21,16 @@
 
 namespace {
 
-// What the next calls of one system call meet: `remaining` of them fail
-// with `error`, sending nothing; the calls after go through.
+// What the next calls of one system call meet: `pass_first` go through,
+// then `remaining` fail with `error`, sending nothing, and the calls after
+// go through again. A sendmmsg that goes through sends at most
+// `max_msgs` messages (0: all), as the kernel's does when the socket
+// buffer fills part of the way through a batch.
 struct Faults {
   int remaining = 0;
   int error = 0;
+  int pass_first = 0;
+  unsigned max_msgs = 0;
   int calls = 0;  // every call, failed or not
 };
 Faults sendto_faults;
@@ -43,7 +49,7 @@ Fn next_definition(const char* name) {
 // Counts the call; true (errno set) if it is to fail.
 bool inject(Faults& faults) {
   faults.calls++;
-  if (faults.remaining == 0) return false;
+  if (faults.calls <= faults.pass_first || faults.remaining == 0) return false;
   faults.remaining--;
   errno = faults.error;
   return true;
@@ -63,6 +69,7 @@ extern "C" int sendmmsg(int fd, mmsghdr* msgs, unsigned int vlen, int flags) {
   using Fn = int (*)(int, mmsghdr*, unsigned int, int);
   static const Fn next = next_definition<Fn>("sendmmsg");
   if (inject(sendmmsg_faults)) return -1;
+  if (sendmmsg_faults.max_msgs != 0) vlen = std::min(vlen, sendmmsg_faults.max_msgs);
   return next(fd, msgs, vlen, flags);
 }
 
@@ -71,7 +78,18 @@ using namespace rpc::test::udp;
 namespace {
 
 // The next `count` calls of `faults`'s system call fail with `error`.
-void arm(Faults& faults, int count, int error) { faults = Faults{count, error, 0}; }
+void arm(Faults& faults, int count, int error) {
+  faults = Faults{.remaining = count, .error = error};
+}
+
+// Whether `a` segments its bursts. Without GSO in the kernel the
+// offload=true cases test the plain path again, and say so.
+bool segments(const UdpTransport& a, bool offload) {
+  if (offload && !a.gso_enabled()) {
+    WARN("this kernel lacks UDP GSO: the segmented case runs the plain path");
+  }
+  return a.gso_enabled();
+}
 
 // Sends one header-only packet from a to b: tx_burst's one-datagram path
 // (sendto).
@@ -139,31 +157,68 @@ TEST_CASE("a burst that meets a full socket buffer goes out whole on a retry") {
   const bool offload = GENERATE(false, true);
   UdpTransport a(offload_config(offload), "127.0.0.1");
   UdpTransport b(offload_config(offload), "127.0.0.1");
-  const bool gso = a.gso_enabled();
+  const bool gso = segments(a, offload);
   const RoutingInfo a_to_b = route_to(b, a);
-  // Packets of a multi-packet message: a burst of several datagrams (or
-  // one segmented message) per sendmmsg.
+  // Packets of a multi-packet message: one sendmmsg of plain datagrams,
+  // or of one segmented message.
   const std::vector<OutPkt> pkts = message_pkts(a, 0, 30);
 
   arm(sendmmsg_faults, 3, GENERATE(EAGAIN, ENOBUFS, EINTR));
   a.tx_burst(items_of(pkts, a_to_b));
 
-  CHECK(sendmmsg_faults.calls >= 4);
+  CHECK(sendmmsg_faults.calls == 4);
   const std::vector<std::vector<uint8_t>> got = receive_copies(b, pkts.size());
   REQUIRE(got.size() == pkts.size());
   for (size_t i = 0; i < pkts.size(); i++) check_copy(got[i], pkts[i]);
-  // A full buffer says nothing about segmentation: GSO stays as it was.
+  // A full buffer says nothing about segmentation: GSO stays on, and the
+  // retry was a segmented send.
   CHECK(a.gso_enabled() == gso);
+  CHECK((a.gso_sends() > 0) == gso);
+}
+
+TEST_CASE("a burst cut short by a full socket buffer goes on where it stopped") {
+  UdpTransport a(offload_config(false), "127.0.0.1");
+  UdpTransport b(offload_config(false), "127.0.0.1");
+  const RoutingInfo a_to_b = route_to(b, a);
+  const std::vector<OutPkt> pkts = message_pkts(a, 0, UdpTransport::kMaxBatch + 8);
+
+  // The first sendmmsg takes 10 datagrams of the 32 it is given, the next
+  // three none (EAGAIN), and each call after at most 10.
+  sendmmsg_faults = Faults{.remaining = 3, .error = EAGAIN, .pass_first = 1, .max_msgs = 10};
+  a.tx_burst(items_of(pkts, a_to_b));
+
+  // 32 in 4 calls that sent (10, 10, 10, 2) and 3 that failed, then 8 in one.
+  CHECK(sendmmsg_faults.calls == 8);
+  const std::vector<std::vector<uint8_t>> got = receive_copies(b, pkts.size());
+  REQUIRE(got.size() == pkts.size());
+  for (size_t i = 0; i < pkts.size(); i++) check_copy(got[i], pkts[i]);
+}
+
+TEST_CASE("a datagram of a burst that fails for another reason is dropped alone") {
+  UdpTransport a(offload_config(false), "127.0.0.1");
+  UdpTransport b(offload_config(false), "127.0.0.1");
+  const RoutingInfo a_to_b = route_to(b, a);
+  const std::vector<OutPkt> pkts = message_pkts(a, 0, UdpTransport::kMaxBatch + 8);
+
+  // sendmmsg reports an error only when the first datagram it was given
+  // failed: that one is dropped, and the rest of the burst goes on.
+  arm(sendmmsg_faults, 1, EPERM);
+  a.tx_burst(items_of(pkts, a_to_b));
+
+  CHECK(sendmmsg_faults.calls == 3);  // failed, the other 31, the last 8
+  const std::vector<std::vector<uint8_t>> got = receive_copies(b, pkts.size() - 1);
+  REQUIRE(got.size() == pkts.size() - 1);
+  for (size_t i = 0; i < got.size(); i++) check_copy(got[i], pkts[i + 1]);
 }
 
 TEST_CASE("a burst is dropped whole after kMaxTxRetries retries, and the next goes out") {
   const bool offload = GENERATE(false, true);
   UdpTransport a(offload_config(offload), "127.0.0.1");
   UdpTransport b(offload_config(offload), "127.0.0.1");
-  const bool gso = a.gso_enabled();
+  const bool gso = segments(a, offload);
   const RoutingInfo a_to_b = route_to(b, a);
-  // More packets than one sendmmsg takes unsegmented: the whole burst is
-  // dropped, not only its first batch.
+  // Plain, more datagrams than one sendmmsg takes: the whole burst is
+  // dropped, not only its first batch. Segmented, one message.
   const std::vector<OutPkt> dropped = message_pkts(a, 0, UdpTransport::kMaxBatch + 8);
   const std::vector<OutPkt> next = message_pkts(a, 100, 10);
 
