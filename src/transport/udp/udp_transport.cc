@@ -30,6 +30,11 @@ constexpr size_t kMaxMtuBytes = 65535;
 // 65535 minus the IPv4 and UDP headers: the largest UDP payload over IPv4.
 constexpr size_t kMaxUdpPayloadBytes = 65507;
 
+// A send refused for now: the socket buffer is full (EAGAIN, ENOBUFS) or a
+// signal interrupted it (EINTR). Retried, up to UdpTransport::kMaxTxRetries
+// times; any other error is the datagram's own, and drops it.
+bool send_refused_for_now(int err) { return err == EAGAIN || err == ENOBUFS || err == EINTR; }
+
 static_assert(CMSG_SPACE(sizeof(int)) <= 24 && CMSG_SPACE(sizeof(uint16_t)) <= 24,
               "UdpTransport::kCmsgBytes holds one UDP_SEGMENT or UDP_GRO control message");
 
@@ -221,7 +226,7 @@ void UdpTransport::tx_burst(std::span<const TxItem> items) {
 void UdpTransport::retry_send_one(const TxItem& item) {
   const sockaddr_in dst = dst_of(*item.route);
   for (int retries = 1; retries <= kMaxTxRetries; retries++) {
-    if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) return;
+    if (!send_refused_for_now(errno)) return;
     const ssize_t r = ::sendto(fd_, item.hdr, kPktHeaderBytes + item.data_len, 0,
                                reinterpret_cast<const sockaddr*>(&dst), sizeof(dst));
     if (r >= 0) return;
@@ -262,7 +267,7 @@ size_t UdpTransport::send_plain(std::span<const TxItem> items) {
       const int r = ::sendmmsg(fd_, &msgs[sent], static_cast<unsigned>(n - sent), 0);
       if (r > 0) {
         sent += static_cast<size_t>(r);
-      } else if (r < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
+      } else if (r < 0 && send_refused_for_now(errno)) {
         // Socket buffer full: spin a little, then drop what is left of the
         // whole burst (not only this chunk) since the buffer will not drain
         // faster than we can retry.
@@ -363,7 +368,7 @@ size_t UdpTransport::send_offloaded(std::span<const TxItem> items) {
           if (msgs[i].msg_hdr.msg_control != nullptr) gso_sends_++;
         }
         sent += static_cast<size_t>(r);
-      } else if (r < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
+      } else if (r < 0 && send_refused_for_now(errno)) {
         if (++retries > kMaxTxRetries) return items.size();  // dropped, as send_plain does
       } else if (segmented) {
         RPC_LOG_INFO("udp transport: a segmented (GSO) send failed ({}); GSO off",
