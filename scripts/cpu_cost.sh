@@ -14,14 +14,19 @@
 # The program pushes the engine's wall-clock timers (loss scan, Timely's
 # thresholds) out of the run: callgrind's 50-100x slowdown made them fire
 # every few RPCs instead of every few hundred, and the count swung by 400
-# from run to run (bench/cpu_cost/cpu_cost.cc says more). One timer is
-# left: the loop clock renews its anchor every real millisecond
-# (common/loop_clock.h), every few RPCs under callgrind, so the count
-# varies by about 10-20 between runs (more on a loaded machine) and
-# includes some 20 instructions per RPC that natively come once per
-# thousands of RPCs. To compare two builds, run both with
-# LIBRPC_LOOP_CLOCK=monotonic: the count is then exact to an instruction
-# (the clock is read through clock_gettime, outside librpc.so).
+# from run to run (bench/cpu_cost/cpu_cost.cc says more). Callgrind counts
+# only while the program's run_measured_rpcs runs (--toggle-collect), in
+# that thread: the connect and the wait for it, whose loop iterations
+# depend on when the Nexus thread gets the CPU, and the Nexus thread's own
+# work (heartbeats on a wall-clock timer) stay out; with them in, two runs
+# of one build differed by up to 15 per RPC. One timer is left: the loop
+# clock renews its anchor every real millisecond (common/loop_clock.h),
+# every few RPCs under callgrind, so the count varies by a few
+# instructions between runs (more on a loaded machine) and includes some
+# 40 instructions per RPC that natively come once per thousands of RPCs.
+# To compare two builds, run both with LIBRPC_LOOP_CLOCK=monotonic: the
+# count is then exact to an instruction (the clock is read through
+# clock_gettime, outside librpc.so).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${1:-$root/build}
@@ -35,7 +40,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 api=${API:-fnptr}
 count() {
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" "${CC:-default}" "$api" \
+  valgrind --tool=callgrind --toggle-collect='*run_measured_rpcs*' --callgrind-out-file="$tmp/cg.$1" "$bin" "$1" "$size" "${OFFLOAD:-on}" "${CC:-default}" "$api" \
     >/dev/null 2>&1
 }
 self_cost() { python3 "$root/bench/cpu_cost/callgrind_self_cost.py" "$tmp/cg.$1" "$2"; }
