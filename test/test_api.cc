@@ -164,23 +164,39 @@ TEST_CASE("a request past its deadline fails with kTimedOut, and the session sta
   CHECK(p.client->stats().requests_past_deadline == 1);
   CHECK(p.client->is_connected(p.sn));
   CHECK(p.client->stats().sessions_reset == 0);
-  // and the session's next request in that slot completes once the old
-  // handler has responded, with its own answer, not the old one's
-  Req next(*p.client, 48);
-  REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
-  for (int i = 0; i < 20; i++) p.advance(5ms);
-  CHECK(next.runs == 0);  // the server's slot is still held by the handler
+  // and the session's next requests go to another slot, not the one the
+  // server's handler still holds: they complete while it runs
+  Session& session = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  CHECK(session.unheard_cslots == 1);  // slot 0, the stuck request's
+  for (size_t size : {48, 56}) {
+    Req next(*p.client, size);
+    REQUIRE(next.send(*p.client, p.sn, kEcho) == Errc::kOk);
+    CHECK(session.busy_cslots == 2);  // slot 1
+    for (int i = 0; i < 20 && next.runs == 0; i++) p.advance(1ms);
+    CHECK(next.runs == 1);
+    CHECK(next.errc == Errc::kOk);
+    CHECK(check_pattern(next.resp, size, size));
+    next.release(*p.client);
+  }
+  // When the old handler responds, its answer is dropped and the slot is
+  // the first free one again
   ReqHandle& h = *g_deferred;
   h.pre_resp_buffer().resize(8);
   std::memset(h.pre_resp_buffer().data(), 0x77, 8);
   p.server->enqueue_response(h, h.pre_resp_buffer());
-  for (int i = 0; i < 40 && next.runs == 0; i++) p.advance(5ms);
-  CHECK(next.runs == 1);
-  CHECK(next.errc == Errc::kOk);
-  CHECK(check_pattern(next.resp, 48, 48));
+  for (int i = 0; i < 20 && session.unheard_cslots != 0; i++) p.advance(1ms);
+  CHECK(session.unheard_cslots == 0);
+  Req last(*p.client, 40);
+  REQUIRE(last.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  CHECK(session.busy_cslots == 1);  // slot 0
+  for (int i = 0; i < 20 && last.runs == 0; i++) p.advance(1ms);
+  CHECK(last.runs == 1);
+  CHECK(last.errc == Errc::kOk);
+  CHECK(check_pattern(last.resp, 40, 40));
   CHECK(stuck.runs == 1);
+  CHECK(p.client->stats().sessions_reset == 0);
   stuck.release(*p.client);
-  next.release(*p.client);
+  last.release(*p.client);
 }
 
 TEST_CASE("a request waiting for its session to connect fails at its deadline") {
@@ -470,12 +486,22 @@ TEST_CASE("a request cancelled during its response's read keeps its slot until t
 TEST_CASE("a client that gives up a slot's requests 64 times in a row unheard resets the session") {
   Pair p;
   FakeNetwork::instance().set_filter([](const FakePacket&) { return FakeVerdict::kDrop; });
+  Session& session = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
   Req r(*p.client, 16);
-  for (size_t i = 0; i < kMaxReqsGivenUp; i++) {
+  // Each slot's first request given up unheard sends the next to another
+  // slot (the server may still run its handler); with every slot so
+  // marked, they take the lowest free one, slot 0, until its 64th.
+  const size_t before_reset = kSessionReqWindow - 1 + kMaxReqsGivenUp - 1;
+  for (size_t i = 0; i < before_reset; i++) {
     REQUIRE(r.send(*p.client, p.sn, kEcho) == Errc::kOk);  // sent (and lost) at once
+    CHECK(session.busy_cslots == uint32_t{1} << (i < kSessionReqWindow ? i : 0));
     REQUIRE(p.client->cancel(r.id));
   }
-  CHECK(r.runs == static_cast<int>(kMaxReqsGivenUp));
+  CHECK(session.unheard_cslots == ~uint32_t{0});
+  REQUIRE(p.client->is_connected(p.sn));
+  REQUIRE(r.send(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(p.client->cancel(r.id));
+  CHECK(r.runs == static_cast<int>(before_reset + 1));
   REQUIRE_FALSE(p.client->is_connected(p.sn));
   REQUIRE_FALSE(p.client_events.empty());
   CHECK(std::get<1>(p.client_events.back()) == SessionEvent::kReset);

@@ -189,9 +189,10 @@ class RPC_EXPORT Rpc {
   // ending already, or never existed).
   //
   // The session stays up. A server that already has the request still
-  // runs its handler (at most once, as always) and its answer is dropped;
-  // the session's next request in that slot waits until that handler has
-  // responded.
+  // runs its handler (at most once, as always) and its answer is dropped.
+  // Until it answers, the session's new requests go to its other slots; one
+  // takes that slot, and waits for the handler's answer, only when no other
+  // slot is free.
   bool cancel(RequestId id) noexcept;
   // For coroutines (librpc/coro.h): `co_await rpc.call(...)` enqueues the
   // request as above and resumes the coroutine, on this Rpc's thread from

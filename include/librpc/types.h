@@ -50,7 +50,8 @@ enum class SmErr : uint8_t {
   kRemoteFailed,        // the remote stopped answering heartbeats, or restarted
   kPktSizeMismatch,     // the two Rpcs use different packet sizes (RpcConfig::mtu_bytes)
   kRemoteRpcGone,       // the remote Rpc was destroyed (its process lives on)
-  kRequestTimeout,      // a request made no progress for RpcConfig::request_timeout_ms
+  kRequestTimeout,      // a request made no progress for RpcConfig::request_timeout_ms, or
+                        // 64 requests of one slot in a row were given up with no answer
   kOutOfMemory,         // the remote could not allocate the session's buffers
   kBulkPathFailed,      // the connection one-sided transfers use failed (verbs RC QP in error:
                         // the peer died, retries ran out, a remote access error)

@@ -85,7 +85,8 @@ std::string_view to_string(SmErr err) {
     case SmErr::kRemoteRpcGone:
       return "the remote Rpc was destroyed";
     case SmErr::kRequestTimeout:
-      return "a request made no progress within request_timeout_ms";
+      return "a request made no progress within request_timeout_ms, or 64 requests of one slot "
+             "in a row were given up (cancel, deadline) with no answer";
     case SmErr::kOutOfMemory:
       return "the remote could not allocate the session's buffers";
     case SmErr::kBulkPathFailed:

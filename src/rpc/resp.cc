@@ -207,7 +207,10 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uin
   session.credits += slot.num_tx - slot.num_rx;
   slot.active = false;
   session.busy_cslots &= ~(uint32_t{1} << (slot.req_num % kSessionReqWindow));
-  if (slot.num_rx != 0) slot.given_up_unheard = 0;  // the server hears this slot
+  if (slot.given_up_unheard != 0 && slot.num_rx != 0) {  // the server hears this slot again
+    slot.given_up_unheard = 0;
+    session.unheard_cslots &= ~(uint32_t{1} << (slot.req_num % kSessionReqWindow));
+  }
   // The server has read the request (it answered), or never will: the
   // request buffer goes back to the application unexposed.
   if (slot.req_exposure.active()) transport_->revoke_exposure(slot.req_exposure);

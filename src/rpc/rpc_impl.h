@@ -404,13 +404,16 @@ class RpcImpl final : public RpcEndpoint {
   // The lowest free slot of a client session, made if need be (nullptr when
   // none can be had). A client's slots exist from 0 up, so the lowest clear
   // bit of busy_cslots is a free slot or, at size(), all made are busy.
+  // Slots whose last request was given up unheard (Session::unheard_cslots)
+  // come last: after the slots not made yet.
   ClientSlot* lowest_free_client_slot(Session& session) {
-    const auto index = static_cast<size_t>(std::countr_one(session.busy_cslots));
+    const auto index =
+        static_cast<size_t>(std::countr_one(session.busy_cslots | session.unheard_cslots));
     if (index < session.cslots.size()) [[likely]]
       return &session.cslots[index];
-    return first_of_more_client_slots(session);
+    return free_client_slot_beyond_heard(session);
   }
-  ClientSlot* first_of_more_client_slots(Session& session);
+  ClientSlot* free_client_slot_beyond_heard(Session& session);
   // A server slot's response buffers, allocated at its first request;
   // false when out of memory (the request is dropped and counted).
   bool ensure_slot_buffers(ServerSlot& slot);

@@ -105,12 +105,15 @@ void RpcImpl::start_backlog(Session& session) {
   }
 }
 
-// lowest_free_client_slot when every slot made is busy: the first of eight
-// more, while the session has fewer than 32; nullptr when none can be had.
-ClientSlot* RpcImpl::first_of_more_client_slots(Session& session) {
-  const size_t index = session.cslots.size();
-  if (index >= kSessionReqWindow || !add_client_slots(session)) return nullptr;
-  return &session.cslots[index];
+// lowest_free_client_slot when every slot made is busy or given up
+// unheard: the first of eight more, while the session has fewer than 32;
+// else the lowest free one given up unheard (its request waits at the
+// server until the old handler answers); nullptr when none is free.
+ClientSlot* RpcImpl::free_client_slot_beyond_heard(Session& session) {
+  const size_t made = session.cslots.size();
+  if (made < kSessionReqWindow && add_client_slots(session)) return &session.cslots[made];
+  const auto index = static_cast<size_t>(std::countr_one(session.busy_cslots));
+  return index < made ? &session.cslots[index] : nullptr;
 }
 
 // The eight server slots that hold slot `index`, when its first request
