@@ -96,6 +96,23 @@ TEST_CASE("death: a datapath call from another thread", "[.]") {
   other.join();
 }
 
+// Allowed from the Rpc's thread and its Nexus's background handlers only:
+// without background threads the allocator takes no lock at all.
+TEST_CASE("death: alloc_msg_buffer from a thread that is not a background handler's", "[.]") {
+  Pair p;
+  std::thread other([&] {
+    MsgBuffer buf = p.client->alloc_msg_buffer(16);
+    p.client->free_msg_buffer(buf);
+  });
+  other.join();
+}
+
+TEST_CASE("death: a getter called from another thread", "[.]") {
+  Pair p;
+  std::thread other([&] { (void)p.client->is_connected(p.sn); });
+  other.join();
+}
+
 TEST_CASE("death: an Rpc destroyed by its own continuation", "[.]") {
   Pair p;
   Call call(*p.client, 16);
@@ -179,6 +196,19 @@ SECTION("a datapath call from a thread that does not own the Rpc") {
   const ChildEnd end = run_test_case_in_child("death: a datapath call from another thread");
   CHECK(end.aborted());
   CHECK_THAT(end.stderr_text, Catch::Contains("does not own the Rpc"));
+}
+SECTION("alloc_msg_buffer from a thread that is neither the Rpc's nor a background handler's") {
+  const ChildEnd end = run_test_case_in_child(
+      "death: alloc_msg_buffer from a thread that is not a background handler's");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("alloc_msg_buffer called from a thread that neither "
+                                              "owns the Rpc nor runs its Nexus's background"));
+}
+SECTION("a getter (is_connected) from a thread that does not own the Rpc") {
+  const ChildEnd end = run_test_case_in_child("death: a getter called from another thread");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text,
+             Catch::Contains("is_connected called from a thread that does not own"));
 }
 #endif
 }

@@ -4,12 +4,16 @@
 //
 // Threading: an Rpc belongs to the thread that created it. Every method
 // must be called from that thread, except enqueue_response() for handles
-// given to background handlers, and alloc/free_msg_buffer() from those
-// handlers. Builds with assertions (NDEBUG not defined: meson's default
-// debugoptimized and debug builds, and every CI build) check the calling
-// thread at the public entry points and abort with a message on a wrong
-// one; release builds do not check. Datapath methods are noexcept and do
-// not allocate in the common case.
+// given to background handlers, and alloc/free_msg_buffer() and
+// app_msg_buffer() from those handlers' threads. Builds with assertions
+// (NDEBUG not defined: meson's default debugoptimized and debug builds,
+// and every CI build) check the calling thread at the public entry points,
+// the getters of state the loop changes (is_connected, stats, ...)
+// included, and abort with a message on a wrong one; release builds do not
+// check. What never changes after construction (rpc_id, max_msg_size,
+// max_data_per_pkt, transport_name, transport_provider) may be read from
+// any thread. Datapath methods are noexcept and do not allocate in the
+// common case.
 //
 // Misuse fails loudly, in every build: running the event loop from inside
 // itself (a continuation, handler or session callback), a second

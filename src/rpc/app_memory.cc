@@ -22,6 +22,7 @@ Result<AppMemory> Rpc::register_memory(void* addr, size_t len, AppMemoryOptions 
 }
 Result<void> Rpc::deregister_memory(const AppMemory& mem) { return impl_->deregister_memory(mem); }
 MsgBuffer Rpc::app_msg_buffer(const AppMemory& mem, void* data, size_t size) noexcept {
+  impl_->check_owner_or_background("app_msg_buffer");
   return impl_->app_msg_buffer(mem, data, size);
 }
 size_t Rpc::app_memory_in_flight(const AppMemory& mem) const {

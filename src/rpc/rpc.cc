@@ -32,9 +32,13 @@ bool Rpc::is_connected(SessionNum sn) const { return impl_->is_connected(sn); }
 const SessionStats* Rpc::session_stats(SessionNum sn) const { return impl_->session_stats(sn); }
 size_t Rpc::num_active_sessions() const { return impl_->num_active_sessions(); }
 MsgBuffer Rpc::alloc_msg_buffer(size_t max_size) noexcept {
+  impl_->check_owner_or_background("alloc_msg_buffer");
   return impl_->alloc_msg_buffer(max_size);
 }
-void Rpc::free_msg_buffer(MsgBuffer& buf) noexcept { impl_->free_msg_buffer(buf); }
+void Rpc::free_msg_buffer(MsgBuffer& buf) noexcept {
+  impl_->check_owner_or_background("free_msg_buffer");
+  impl_->free_msg_buffer(buf);
+}
 Errc Rpc::enqueue_request(SessionNum sn, ReqType req_type, MsgBuffer& req, MsgBuffer& resp,
                           Continuation cont, void* tag) noexcept {
   return impl_->enqueue_request(sn, req_type, req, resp, cont, tag);
@@ -299,11 +303,17 @@ void RpcImpl::free_msg_buffer(MsgBuffer& buf) noexcept {
   MsgBufferAccess::invalidate(buf);
 }
 
+void RpcImpl::check_owner_or_background([[maybe_unused]] const char* what) const noexcept {
+  RPC_CHECK_OWNER_OR_BG(what);
+}
+
 bool RpcImpl::is_connected(SessionNum sn) const {
+  RPC_CHECK_OWNER("is_connected");
   return sn < sessions_.size() && sessions_[sn] != nullptr && sessions_[sn]->is_connected();
 }
 
 const SessionStats* RpcImpl::session_stats(SessionNum sn) const {
+  RPC_CHECK_OWNER("session_stats");
   if (sn >= sessions_.size() || sessions_[sn] == nullptr) return nullptr;
   Session& s = *sessions_[sn];
   // Derived when asked, not per sample: the divisions cost every RPC.
@@ -317,7 +327,10 @@ const SessionStats* RpcImpl::session_stats(SessionNum sn) const {
   return &s.stats;
 }
 
-size_t RpcImpl::num_active_sessions() const { return num_sessions_; }
+size_t RpcImpl::num_active_sessions() const {
+  RPC_CHECK_OWNER("num_active_sessions");
+  return num_sessions_;
+}
 
 }  // namespace detail
 }  // namespace rpc

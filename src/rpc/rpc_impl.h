@@ -62,9 +62,19 @@ struct ReqHandleAccess {
                   "Rpc {}: {} called from a thread that does not own the Rpc (an Rpc belongs " \
                   "to the thread that created it)",                                            \
                   config_.rpc_id, what)
+// The calls a background handler may make too (alloc_msg_buffer and the
+// like): from the Rpc's thread or one of its Nexus's background threads.
+#define RPC_CHECK_OWNER_OR_BG(what)                                                             \
+  RPC_CHECK_USAGE(std::this_thread::get_id() == owner_thread_ || nexus_.on_background_thread(), \
+                  "Rpc {}: {} called from a thread that neither owns the Rpc nor runs its "     \
+                  "Nexus's background handlers (an Rpc belongs to the thread that created it)", \
+                  config_.rpc_id, what)
 #else
 #define RPC_CHECK_OWNER(what) \
   do {                        \
+  } while (0)
+#define RPC_CHECK_OWNER_OR_BG(what) \
+  do {                              \
   } while (0)
 #endif
 
@@ -133,6 +143,9 @@ class RpcImpl final : public RpcEndpoint {
   // A handler threw (or a coroutine handler, from coro.cc); req.cc.
   void handler_failed(SessionNum sn, size_t slot_index, uint64_t req_num, const char* what);
   Result<void> destroy_session(SessionNum sn);
+  // The public alloc_msg_buffer, free_msg_buffer and app_msg_buffer's
+  // caller check (the engine itself calls the unchecked ones).
+  void check_owner_or_background(const char* what) const noexcept;
   bool is_connected(SessionNum sn) const;
   const SessionStats* session_stats(SessionNum sn) const;
   size_t num_active_sessions() const;
@@ -159,6 +172,7 @@ class RpcImpl final : public RpcEndpoint {
   // Folds in the counters kept elsewhere (the transport's, and atomics
   // written by the Nexus and background threads).
   const RpcStats& stats() const {
+    RPC_CHECK_OWNER("stats");
     // The transport's count may take a system call (udp): at most once a
     // millisecond, so that a loop that reads stats every iteration stays fast.
     if (const uint64_t now = read_clock(); now - rx_drops_refreshed_ns_ >= 1'000'000) {
