@@ -3,6 +3,7 @@
 // exactly once, misuse aborts with a message, exceptions at the handler and
 // continuation boundaries, receive budgets, request and partial-request
 // timeouts, session-management floods, replays and refusals.
+#include <fmt/format.h>
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -542,6 +543,30 @@ TEST_CASE("max_msg_buffer_bytes below the per-Rpc receive budget or 2 MiB is ref
                                          .max_msg_buffer_bytes = kMiB}),
                     Catch::Contains("and 2 MiB"));
   CHECK_NOTHROW(Rpc(nexus, RpcConfig{.transport = "fake", .max_msg_buffer_bytes = 64 * kMiB}));
+}
+
+TEST_CASE("a per-Rpc receive budget below one largest message asks for a per-session budget") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0"}};
+  const size_t largest = Rpc(nexus, RpcConfig{.transport = "fake"}).max_msg_size();
+  // The default per-session budget: two largest messages, else the per-Rpc
+  // budget, but never less than one
+  CHECK_NOTHROW(Rpc(nexus, RpcConfig{.transport = "fake", .rx_budget_per_rpc_bytes = largest}));
+  CHECK_THROWS_WITH(
+      Rpc(nexus, RpcConfig{.transport = "fake", .rx_budget_per_rpc_bytes = 2 * kMiB}),
+      Catch::Contains(fmt::format("rx_budget_per_rpc_bytes (2097152) is below the per-session "
+                                  "budget ({} bytes, by default at least one message of "
+                                  "max_msg_size()",
+                                  largest)) &&
+          Catch::Contains("or set rx_budget_per_session_bytes too"));
+  CHECK_NOTHROW(Rpc(nexus, RpcConfig{.transport = "fake",
+                                     .rx_budget_per_session_bytes = kMiB,
+                                     .rx_budget_per_rpc_bytes = 2 * kMiB,
+                                     .max_msg_buffer_bytes = 2 * kMiB}));
+  // An explicit per-session budget above the per-Rpc one is the user's own
+  CHECK_THROWS_WITH(Rpc(nexus, RpcConfig{.transport = "fake",
+                                         .rx_budget_per_session_bytes = 4 * kMiB,
+                                         .rx_budget_per_rpc_bytes = 2 * kMiB}),
+                    Catch::Contains("is below the per-session budget (4194304 bytes); raise it"));
 }
 
 TEST_CASE("two buffers of the largest message are kept for reuse when freed") {

@@ -172,10 +172,13 @@ struct RpcConfig {
   // stale request received in part (partial_request_timeout_ms), and a
   // response sent in full at least that long ago, whose client, if it asks
   // again, gets Errc::kResponseDropped (docs/reliability.md, "Budgets").
-  // Per session, 0 means two of the largest messages (2 x max_msg_size(),
-  // within the per-Rpc budget, at least one); per host, 0 means half the
-  // per-Rpc budget, at least the per-session one; per Rpc, at least the
-  // per-host budget.
+  // Per session, 0 means two of the largest messages (2 x max_msg_size()),
+  // or the per-Rpc budget if that is smaller, but never less than one
+  // (max_msg_size(): 16 MiB - 1 over udp); a per-Rpc budget below one
+  // largest message therefore needs rx_budget_per_session_bytes set too
+  // (requests larger than it are then never taken; the constructor throws
+  // otherwise). Per host, 0 means half the per-Rpc budget, at least the
+  // per-session one; per Rpc, at least the per-host budget.
   size_t rx_budget_per_session_bytes = 0;
   size_t rx_budget_per_host_bytes = 0;
   size_t rx_budget_per_rpc_bytes = size_t{64} << 20;

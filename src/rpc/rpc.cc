@@ -115,9 +115,19 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
           : std::max(max_msg_size_, std::min(2 * max_msg_size_, config.rx_budget_per_rpc_bytes));
   rx_budget_per_rpc_bytes_ = config.rx_budget_per_rpc_bytes;
   if (rx_budget_per_rpc_bytes_ < rx_budget_per_session_bytes_) {
-    throw Error(
-        fmt::format("Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes)",
-                    rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_));
+    // The default per-session budget is never below one largest message:
+    // a smaller one would drop such requests for good, retransmitted until
+    // their request timeout. Below that, the user must choose.
+    throw Error(fmt::format(
+        "Rpc: rx_budget_per_rpc_bytes ({}) is below the per-session budget ({} bytes{}); raise "
+        "it, or set rx_budget_per_session_bytes too",
+        rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_,
+        config.rx_budget_per_session_bytes != 0
+            ? ""
+            : fmt::format(", by default at least one message of max_msg_size() ({} bytes) and "
+                          "never more than the per-Rpc budget; a smaller one means larger "
+                          "requests are never taken",
+                          max_msg_size_)));
   }
   // Default: half the Rpc's, so that one host (one client machine, or an
   // attacker) leaves the other half to everyone else.
