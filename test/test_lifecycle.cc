@@ -16,6 +16,7 @@
 
 #include "death_test.h"
 #include "fake_pair.h"
+#include "librpc/blocking.h"
 #include "rpc/impl_access.h"
 #include "rpc/rpc_impl.h"
 #include "rpc_impl_test_access.h"
@@ -74,6 +75,31 @@ TEST_CASE("death: the event loop run from a session callback", "[.]") {
     client.run_event_loop_once();
     server.run_event_loop_once();
   }
+}
+
+// Refused requests and connects that fail early, so that only the check
+// made first can abort: the caller is in the event loop.
+TEST_CASE("death: call_sync from a continuation on a session that does not exist", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  static Call* g_call = &call;
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kEcho, call.req, call.resp,
+              [](Rpc& rpc, const Completion&) {
+                (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, g_call->req, g_call->resp);
+              },
+              &call) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+TEST_CASE("death: connect from a continuation to a URI that does not parse", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kEcho, call.req, call.resp,
+              [](Rpc& rpc, const Completion&) { (void)rpc.connect("no uri", 1, 10ms); },
+              &call) == Errc::kOk);
+  p.pump_for(2s);
 }
 
 TEST_CASE("death: a second response", "[.]") {
@@ -176,6 +202,18 @@ SECTION("the event loop run from inside a session callback") {
   const ChildEnd end = run_test_case_in_child("death: the event loop run from a session callback");
   CHECK(end.aborted());
   CHECK_THAT(end.stderr_text, Catch::Contains("not re-entrant"));
+}
+SECTION("call_sync from a continuation, even for a request that would be refused") {
+  const ChildEnd end = run_test_case_in_child(
+      "death: call_sync from a continuation on a session that does not exist");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("call_sync called from inside the event loop"));
+}
+SECTION("connect from a continuation, even one that would fail at once") {
+  const ChildEnd end =
+      run_test_case_in_child("death: connect from a continuation to a URI that does not parse");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("connect called from inside the event loop"));
 }
 SECTION("a second enqueue_response for one request") {
   const ChildEnd end = run_test_case_in_child("death: a second response");

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "librpc/error.h"
 #include "librpc/msg_buffer.h"
@@ -23,6 +25,18 @@ namespace rpc {
 inline CallResult call_sync(Rpc& rpc, SessionNum session_num, ReqType req_type, MsgBuffer& req,
                             MsgBuffer& resp,
                             std::chrono::microseconds timeout = std::chrono::microseconds(0)) {
+  // Before the request: one refused (a bad session) must not hide that the
+  // caller could never have waited for it here.
+  if (rpc.in_event_loop()) {
+    std::fprintf(
+        stderr,
+        "librpc: API misuse: Rpc %u: call_sync called from inside the event loop (a continuation, "
+        "handler, coroutine or session callback); it runs the loop, which is not "
+        "re-entrant: use co_await rpc.call(...) or a continuation\n",
+        static_cast<unsigned>(rpc.rpc_id()));
+    std::fflush(stderr);
+    std::abort();
+  }
   bool done = false;
   CallResult result;
   const Errc queued = rpc.enqueue_request(

@@ -64,6 +64,7 @@ void Rpc::run_event_loop(std::chrono::microseconds duration) noexcept {
   impl_->run_event_loop(duration);
 }
 void Rpc::run_event_loop_once() noexcept { impl_->run_event_loop_once(); }
+bool Rpc::in_event_loop() const noexcept { return impl_->in_event_loop(); }
 RpcId Rpc::rpc_id() const { return impl_->rpc_id(); }
 const RpcStats& Rpc::stats() const { return impl_->stats(); }
 size_t Rpc::max_msg_size() const { return impl_->max_msg_size(); }

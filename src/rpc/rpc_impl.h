@@ -169,6 +169,7 @@ class RpcImpl final : public RpcEndpoint {
   void run_event_loop_once() noexcept;
 
   RpcId rpc_id() const { return config_.rpc_id; }
+  bool in_event_loop() const noexcept { return in_event_loop_; }
   // Folds in the counters kept elsewhere (the transport's, and atomics
   // written by the Nexus and background threads).
   const RpcStats& stats() const {

@@ -52,6 +52,13 @@ Result<SessionNum> RpcImpl::create_session(const std::string& remote_uri, RpcId 
 
 Result<SessionNum> RpcImpl::connect(const std::string& remote_uri, RpcId remote_rpc_id,
                                     std::chrono::milliseconds timeout) {
+  // Before anything else: a connect that fails early must not hide that
+  // the caller could never have waited for it here.
+  RPC_CHECK_USAGE(!in_event_loop_,
+                  "Rpc {}: connect called from inside the event loop (a continuation, handler, "
+                  "coroutine or session callback); it runs the loop, which is not re-entrant: use "
+                  "create_session and its session callback",
+                  config_.rpc_id);
   const uint64_t failures_before = connect_failures_;
   Result<SessionNum> created = create_session(remote_uri, remote_rpc_id);
   if (!created) return created;
