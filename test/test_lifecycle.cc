@@ -102,6 +102,22 @@ TEST_CASE("death: connect from a continuation to a URI that does not parse", "[.
   p.pump_for(2s);
 }
 
+// cancel() runs the continuation itself, outside the loop.
+TEST_CASE("death: call_sync from a continuation that cancel runs", "[.]") {
+  Pair p;
+  Call call(*p.client, 16);
+  static Call* g_call = &call;
+  RequestId id;
+  REQUIRE(p.client->enqueue_request(
+              p.sn, kDeferForever, call.req, call.resp,
+              [](Rpc& rpc, const Completion&) {
+                (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, g_call->req, g_call->resp);
+              },
+              {}, &id) == Errc::kOk);
+  REQUIRE(p.pump_until([] { return g_deferred != nullptr; }));
+  (void)p.client->cancel(id);
+}
+
 TEST_CASE("death: a second response", "[.]") {
   Pair p;
   Call call(*p.client, 16);
@@ -206,6 +222,12 @@ SECTION("the event loop run from inside a session callback") {
 SECTION("call_sync from a continuation, even for a request that would be refused") {
   const ChildEnd end = run_test_case_in_child(
       "death: call_sync from a continuation on a session that does not exist");
+  CHECK(end.aborted());
+  CHECK_THAT(end.stderr_text, Catch::Contains("call_sync called from inside the event loop"));
+}
+SECTION("call_sync from a continuation that cancel runs outside the loop") {
+  const ChildEnd end =
+      run_test_case_in_child("death: call_sync from a continuation that cancel runs");
   CHECK(end.aborted());
   CHECK_THAT(end.stderr_text, Catch::Contains("call_sync called from inside the event loop"));
 }

@@ -234,9 +234,11 @@ class RPC_EXPORT Rpc {
   void run_event_loop(std::chrono::microseconds duration) noexcept;
   // One iteration: receive, handle, send, check timeouts.
   void run_event_loop_once() noexcept;
-  // Whether the caller runs inside this Rpc's event loop (a continuation,
-  // handler, coroutine or session callback), where nothing may block on
-  // the loop: call_sync() and connect() abort there, before anything else.
+  // Whether the caller runs inside this Rpc's event loop or one of its
+  // callbacks (a continuation, handler, coroutine or session callback, also
+  // one that cancel(), destroy_session() or ~Rpc runs), where nothing may
+  // run the loop: run_event_loop, call_sync() and connect() abort there,
+  // before anything else.
   bool in_event_loop() const noexcept;
 
   // --- Introspection ---

@@ -53,13 +53,17 @@ void RpcImpl::end_request_early(ClientSlot& slot, Errc errc) {
   bool reset_session = false;
   if (slot.tx_high == 0) {
     slot.next_req_num = slot.req_num;  // never on the wire: the next request reuses its number
-  } else if (slot.num_rx == 0) {
-    // The server may be running its handler: new requests go to other
-    // slots while they can (lowest_free_client_slot).
-    session.unheard_cslots |= uint32_t{1} << (slot.req_num % kSessionReqWindow);
-    // The server takes at most kMaxReqsGivenUp numbers ahead: one more
-    // and the slot would be stuck, each new request given up in its turn.
-    if (++slot.given_up_unheard >= kMaxReqsGivenUp) reset_session = true;
+  } else {
+    // No response heard: the server may be running its handler, so new
+    // requests go to other slots while they can (lowest_free_client_slot).
+    if (slot.num_rx < slot.req_pkts) {
+      session.unheard_cslots |= uint32_t{1} << (slot.req_num % kSessionReqWindow);
+    }
+    // Nothing heard at all: the server may not have the request, a gap in
+    // the slot's numbers. It takes at most kMaxReqsGivenUp numbers ahead:
+    // one more and the slot would be stuck, each new request given up in
+    // its turn.
+    if (slot.num_rx == 0 && ++slot.given_up_unheard >= kMaxReqsGivenUp) reset_session = true;
   }
   // Packets of the request may wait in the TX batch, pointing into the
   // buffer the continuation hands back.

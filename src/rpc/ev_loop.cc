@@ -8,7 +8,7 @@ namespace rpc::detail {
 // loop again would have it iterate the very queues and RX burst the outer
 // call is walking. Refused loudly instead (in every build).
 void RpcImpl::run_event_loop_once() noexcept {
-  RPC_CHECK_USAGE(!in_event_loop_,
+  RPC_CHECK_USAGE(!in_loop_or_callback(),
                   "Rpc {}: the event loop was run from inside itself (a continuation, handler or "
                   "session callback); it is not re-entrant",
                   config_.rpc_id);

@@ -186,9 +186,11 @@ void RpcImpl::check_stale_answer(Session& session, const PktHdr& hdr) {
   if (!session.cslots.has(slot_index)) return;
   ClientSlot& slot = session.cslots[slot_index];
   // The answer to the slot's last request, given up: the server's handler
-  // has responded, so the slot's next request will not wait for it.
+  // has responded, so the slot's next request will not wait for it, and
+  // the server holds that request's number (no gap).
   if (hdr.pkt_type() == PktType::kResp && !slot.active && hdr.req_num() == slot.req_num) {
     session.unheard_cslots &= ~(uint32_t{1} << slot_index);
+    slot.given_up_unheard = 0;
   }
   if (slot.undo_cut == 0 || hdr.restart()) return;  // (a restart notice answers nothing)
   // Answers are indexed as client_accept counts them: a credit return k

@@ -225,7 +225,7 @@ RpcImpl::~RpcImpl() { shutdown(); }
 
 void RpcImpl::shutdown() {
   if (shut_down_) return;
-  RPC_CHECK_USAGE(!in_event_loop_,
+  RPC_CHECK_USAGE(!in_loop_or_callback(),
                   "Rpc {} destroyed from inside its own event loop (a continuation, handler or "
                   "session callback)",
                   config_.rpc_id);

@@ -169,7 +169,14 @@ class RpcImpl final : public RpcEndpoint {
   void run_event_loop_once() noexcept;
 
   RpcId rpc_id() const { return config_.rpc_id; }
-  bool in_event_loop() const noexcept { return in_event_loop_; }
+  // The loop runs, or an application callback (a continuation, a session
+  // callback) that may have been called outside it: by cancel(),
+  // destroy_session(), ~Rpc.
+  bool in_loop_or_callback() const noexcept { return in_event_loop_ || callbacks_running_ != 0; }
+  bool in_event_loop() const noexcept {
+    RPC_CHECK_OWNER("in_event_loop");
+    return in_loop_or_callback();
+  }
   // Folds in the counters kept elsewhere (the transport's, and atomics
   // written by the Nexus and background threads).
   const RpcStats& stats() const {
@@ -523,6 +530,7 @@ class RpcImpl final : public RpcEndpoint {
   static constexpr uint64_t kLoopGapSlackNs = 20'000;
   std::thread::id owner_thread_;
   bool in_event_loop_ = false;         // the loop is not re-entrant
+  uint32_t callbacks_running_ = 0;     // continuations and session callbacks running now
   bool flushed_outside_loop_ = false;  // flush_if_outside_loop since the loop last ran
   bool destroying_ = false;            // ~RpcImpl runs: no new requests or sessions
 

@@ -54,7 +54,8 @@ Result<SessionNum> RpcImpl::connect(const std::string& remote_uri, RpcId remote_
                                     std::chrono::milliseconds timeout) {
   // Before anything else: a connect that fails early must not hide that
   // the caller could never have waited for it here.
-  RPC_CHECK_USAGE(!in_event_loop_,
+  RPC_CHECK_OWNER("connect");
+  RPC_CHECK_USAGE(!in_loop_or_callback(),
                   "Rpc {}: connect called from inside the event loop (a continuation, handler, "
                   "coroutine or session callback); it runs the loop, which is not re-entrant: use "
                   "create_session and its session callback",

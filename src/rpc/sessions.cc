@@ -107,13 +107,21 @@ void RpcImpl::start_backlog(Session& session) {
 
 // lowest_free_client_slot when every slot made is busy or given up
 // unheard: the first of eight more, while the session has fewer than 32;
-// else the lowest free one given up unheard (its request waits at the
-// server until the old handler answers); nullptr when none is free.
+// else a free one given up unheard (its request waits at the server until
+// the old handler answers), taken in turn: a request that never reached
+// the server leaves a mark that only an answer in its slot clears, so
+// every such slot must be tried again; nullptr when none is free.
 ClientSlot* RpcImpl::free_client_slot_beyond_heard(Session& session) {
   const size_t made = session.cslots.size();
   if (made < kSessionReqWindow && add_client_slots(session)) return &session.cslots[made];
-  const auto index = static_cast<size_t>(std::countr_one(session.busy_cslots));
-  return index < made ? &session.cslots[index] : nullptr;
+  for (size_t i = 0; i < made; i++) {
+    const size_t index = (session.unheard_turn + i) % made;
+    if ((session.busy_cslots >> index & 1) == 0) {
+      session.unheard_turn = static_cast<uint8_t>((index + 1) % made);
+      return &session.cslots[index];
+    }
+  }
+  return nullptr;
 }
 
 // The eight server slots that hold slot `index`, when its first request
@@ -209,20 +217,28 @@ void RpcImpl::notify(SessionNum sn, SessionEvent event, SmErr err) {
     last_connect_failure_ = {sn, err};
   }
   if (!config_.session_callback || destroying_) return;
+  callbacks_running_++;
   run_session_callback(config_.session_callback, stats_, config_.rpc_id, sn, sn, event, err);
+  callbacks_running_--;
 }
 
 void RpcImpl::notify_server(const Session& session, SessionEvent event, SmErr err) {
   if (!config_.server_session_callback || destroying_) return;
+  callbacks_running_++;
   run_session_callback(config_.server_session_callback, stats_, config_.rpc_id, session.local_num,
                        ServerSessionEvent{session.local_num, event, err, session.remote_rpc_id,
                                           session.remote_nexus.to_string()});
+  callbacks_running_--;
 }
 
 // The one place continuations run. The request's state is final before
 // this is called, so whatever the continuation does (enqueue, destroy the
 // session, throw) cannot make it run again.
 void RpcImpl::run_continuation(ContinuationFn& cont, const Completion& completion) noexcept {
+  // Counted, so that the loop, call_sync and connect refuse to run from a
+  // continuation also where cancel() or destroy_session() runs it, outside
+  // the loop, in the middle of their own work.
+  callbacks_running_++;
   try {
     cont(owner_, completion);
   } catch (const std::exception& e) {
@@ -232,6 +248,7 @@ void RpcImpl::run_continuation(ContinuationFn& cont, const Completion& completio
     stats_.continuation_exceptions++;
     RPC_LOG_ERROR("Rpc {}: a continuation threw a non-std exception", config_.rpc_id);
   }
+  callbacks_running_--;
 }
 
 // REQUIRES: the session no longer accepts requests (not kConnected or

@@ -370,13 +370,17 @@ struct Session {
   // of walking up to 32 slots, a cache line each.
   uint32_t busy_cslots = 0;
   // Client: bit i is set while cslots[i]'s last request was given up
-  // (cancel, a deadline) after it went out, with nothing heard from the
-  // server: the server may still be running its handler, and would hold
-  // the slot's next request until that handler answers. A new request
-  // takes such a slot only when no other can be had
-  // (RpcImpl::lowest_free_client_slot). Cleared by the server's answer to
-  // the given-up request (check_stale_answer) or to a later one.
+  // (cancel, a deadline) after it went out, with no response heard (credit
+  // returns do not count: the server may have it whole): the server may
+  // still be running its handler, and would hold the slot's next request
+  // until that handler answers. A new request takes such a slot only when
+  // no other can be had (RpcImpl::lowest_free_client_slot). Cleared by a
+  // response to the given-up request (check_stale_answer) or to a later
+  // one in the slot (client_complete).
   uint32_t unheard_cslots = 0;
+  // Client: where the next turn among free slots all marked in
+  // unheard_cslots starts (RpcImpl::free_client_slot_beyond_heard).
+  uint8_t unheard_turn = 0;
   static_assert(kSessionReqWindow <= 32, "busy_cslots and unheard_cslots have a bit per slot");
   RemoteHost* host = nullptr;         // server: the remote host's share (RpcImpl::hosts_)
   uint64_t rx_budget_refused_ns = 0;  // server: the last request refused for the session's
