@@ -88,6 +88,10 @@ struct AmplifyCall {
 // chain of echo requests of a few sizes, each checked byte for byte.
 struct HonestClient {
   Nexus nexus{nexus_at("127.0.0.2")};
+  // Calls that did not complete in time: their buffers stay with the
+  // request until ~Rpc runs its continuation (declared before rpc, so they
+  // outlive it; their memory goes with the Rpc's allocator).
+  std::vector<std::unique_ptr<EchoCall>> unfinished;
   Rpc rpc{nexus, RpcConfig{.rpc_id = 0}};
   SessionNum sn = kInvalidSessionNum;
   bool connect(const std::string& server_uri) {
@@ -100,15 +104,21 @@ struct HonestClient {
   size_t echo(size_t n) {
     size_t ok = 0;
     for (size_t i = 0; i < n; i++) {
-      EchoCall call;
+      auto call = std::make_unique<EchoCall>();
       const size_t size = std::array<size_t, 3>{32, 3000, 100'000}[i % 3];
-      if (!call.prepare(rpc, size, 77 + i)) break;
-      if (call.enqueue(rpc, sn, kEcho) != Errc::kOk) break;
+      if (!call->prepare(rpc, size, 77 + i)) break;
+      if (call->enqueue(rpc, sn, kEcho) != Errc::kOk) {
+        call->release(rpc);
+        break;
+      }
       const bool done = run_until(
-          rpc, [&] { return call.completions > 0; }, 10s);
-      ok += done && call.echoed() ? 1 : 0;
-      call.release(rpc);
-      if (!done) break;
+          rpc, [&] { return call->completions > 0; }, 10s);
+      if (!done) {  // still outstanding: its buffers must outlive it
+        unfinished.push_back(std::move(call));
+        break;
+      }
+      ok += call->echoed() ? 1 : 0;
+      call->release(rpc);
     }
     return ok;
   }

@@ -139,13 +139,15 @@ TEST_CASE("death: a datapath call from another thread", "[.]") {
   other.join();
 }
 
-// Allowed from the Rpc's thread and its Nexus's background handlers only:
-// without background threads the allocator takes no lock at all.
-TEST_CASE("death: alloc_msg_buffer from a thread that is not a background handler's", "[.]") {
-  Pair p;
+// Without background threads the allocator takes no lock: only the Rpc's
+// thread may use it.
+TEST_CASE("death: alloc_msg_buffer from another thread of a Nexus without background threads",
+          "[.]") {
+  Nexus nexus{NexusConfig{.uri = "127.0.0.1:0", .num_bg_threads = 0}};
+  Rpc rpc(nexus, RpcConfig{.transport = "fake"});
   std::thread other([&] {
-    MsgBuffer buf = p.client->alloc_msg_buffer(16);
-    p.client->free_msg_buffer(buf);
+    MsgBuffer buf = rpc.alloc_msg_buffer(16);
+    rpc.free_msg_buffer(buf);
   });
   other.join();
 }
@@ -258,12 +260,12 @@ SECTION("a datapath call from a thread that does not own the Rpc") {
   CHECK(end.aborted());
   CHECK_THAT(end.stderr_text, Catch::Contains("does not own the Rpc"));
 }
-SECTION("alloc_msg_buffer from a thread that is neither the Rpc's nor a background handler's") {
+SECTION("alloc_msg_buffer from another thread, the Nexus without background threads") {
   const ChildEnd end = run_test_case_in_child(
-      "death: alloc_msg_buffer from a thread that is not a background handler's");
+      "death: alloc_msg_buffer from another thread of a Nexus without background threads");
   CHECK(end.aborted());
-  CHECK_THAT(end.stderr_text, Catch::Contains("alloc_msg_buffer called from a thread that neither "
-                                              "owns the Rpc nor runs its Nexus's background"));
+  CHECK_THAT(end.stderr_text, Catch::Contains("alloc_msg_buffer called from a thread that does not "
+                                              "own the Rpc, and its Nexus has no background"));
 }
 SECTION("a getter (is_connected) from a thread that does not own the Rpc") {
   const ChildEnd end = run_test_case_in_child("death: a getter called from another thread");
@@ -275,6 +277,18 @@ SECTION("a getter (is_connected) from a thread that does not own the Rpc") {
 }
 
 // ---------------------------------------------------------------- exceptions
+
+TEST_CASE("with background threads, any thread may allocate and free message buffers") {
+  // (A background handler's handle may be answered from any thread, with
+  // a buffer allocated there: the allocator then takes a lock.)
+  Pair p;
+  std::thread other([&] {
+    MsgBuffer buf = p.server->alloc_msg_buffer(5000);
+    CHECK(buf.valid());
+    p.server->free_msg_buffer(buf);
+  });
+  other.join();
+}
 
 TEST_CASE("a handler that throws fails its request with kHandlerFailed, and the Rpc carries on") {
   Pair p;
@@ -614,8 +628,8 @@ TEST_CASE("a per-Rpc receive budget below one largest message asks for a per-ses
   CHECK_THROWS_WITH(
       Rpc(nexus, RpcConfig{.transport = "fake", .rx_budget_per_rpc_bytes = 2 * kMiB}),
       Catch::Contains(fmt::format("rx_budget_per_rpc_bytes (2097152) is below the per-session "
-                                  "budget ({} bytes, by default at least one message of "
-                                  "max_msg_size()",
+                                  "budget ({} bytes, by default 2 x max_msg_size() capped at "
+                                  "the per-Rpc budget but never below one message",
                                   largest)) &&
           Catch::Contains("or set rx_budget_per_session_bytes too"));
   CHECK_NOTHROW(Rpc(nexus, RpcConfig{.transport = "fake",

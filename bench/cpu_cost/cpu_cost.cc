@@ -66,10 +66,10 @@ rpc::Task<void> send_with_coroutine(rpc::Rpc& rpc, State& s) {
 // The RPCs that are counted: scripts/cpu_cost.sh has callgrind collect
 // only while this function runs (--toggle-collect), so the connect, the
 // wait for it and the tear-down, whose loop iterations vary with how the
-// threads are scheduled, stay out of the count. Not inlined: callgrind
-// finds it by name.
-[[gnu::noinline]] void run_measured_rpcs(rpc::Rpc& client, rpc::Rpc& server, State& s,
-                                         const std::string& api) {
+// threads are scheduled, stay out of the count. Neither inlined nor
+// cloned (noipa): callgrind finds it by name, and must enter it once.
+[[gnu::noipa]] void run_measured_rpcs(rpc::Rpc& client, rpc::Rpc& server, State& s,
+                                      const std::string& api) {
   if (api == "closure") {
     send_with_closure(client, s);
   } else if (api == "coro") {

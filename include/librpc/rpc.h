@@ -4,8 +4,10 @@
 //
 // Threading: an Rpc belongs to the thread that created it. Every method
 // must be called from that thread, except enqueue_response() for handles
-// given to background handlers, and alloc/free_msg_buffer() and
-// app_msg_buffer() from those handlers' threads. Builds with assertions
+// given to background handlers (from any thread), and alloc/free_msg_buffer()
+// and app_msg_buffer(), which any thread may call when the Nexus has
+// background threads (NexusConfig::num_bg_threads > 0, the default: they
+// then take a lock). Builds with assertions
 // (NDEBUG not defined: meson's default debugoptimized and debug builds,
 // and every CI build) check the calling thread at the public entry points,
 // the getters of state the loop changes (is_connected, stats, ...)

@@ -5,8 +5,6 @@
 
 namespace rpc::detail {
 
-thread_local const BgThreads* BgThreads::current_pool_ = nullptr;
-
 BgThreads::BgThreads(size_t num_threads) {
   for (size_t i = 0; i < num_threads; i++) threads_.emplace_back([this] { run(); });
 }
@@ -29,7 +27,6 @@ void BgThreads::submit(const BgWork& work) {
 }
 
 void BgThreads::run() {
-  current_pool_ = this;
   for (;;) {
     BgWork work;
     {

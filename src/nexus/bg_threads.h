@@ -18,14 +18,9 @@ class BgThreads {
   ~BgThreads();  // finishes queued work, then joins
 
   void submit(const BgWork& work);
-  // Whether the calling thread is one of this pool's (the Rpc checks that
-  // alloc_msg_buffer and the like come from its own thread or from these).
-  bool on_own_thread() const { return current_pool_ == this; }
 
  private:
   void run();
-
-  static thread_local const BgThreads* current_pool_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -149,9 +149,6 @@ void NexusImpl::sm_abandon_connect(uint64_t token) { sm_thread_->abandon_connect
 const SmThreadStats& NexusImpl::sm_stats() const { return sm_thread_->stats(); }
 
 void NexusImpl::submit_background(const BgWork& work) { bg_threads_->submit(work); }
-bool NexusImpl::on_background_thread() const {
-  return bg_threads_ != nullptr && bg_threads_->on_own_thread();
-}
 
 }  // namespace detail
 }  // namespace rpc

@@ -87,8 +87,6 @@ class NexusImpl {
   const SmThreadStats& sm_stats() const;
 
   void submit_background(const BgWork& work);
-  // Whether the calling thread runs this Nexus's background handlers.
-  bool on_background_thread() const;
   size_t num_bg_threads() const { return config_.num_bg_threads; }
 
   const NexusConfig& config() const { return config_; }

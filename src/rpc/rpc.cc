@@ -109,7 +109,8 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
     throw Error("Rpc: partial_request_timeout_ms must be positive");
   // Default: two of the largest messages, so that a window of them streams
   // (with one, the second of two 8 MiB requests was dropped at its first
-  // packet and waited out an RTO), within the per-Rpc budget.
+  // packet and waited out an RTO), capped at the per-Rpc budget but never
+  // below one.
   rx_budget_per_session_bytes_ =
       config.rx_budget_per_session_bytes != 0
           ? config.rx_budget_per_session_bytes
@@ -125,9 +126,9 @@ RpcImpl::RpcImpl(Rpc& owner, NexusImpl& nexus, const RpcConfig& config)
         rx_budget_per_rpc_bytes_, rx_budget_per_session_bytes_,
         config.rx_budget_per_session_bytes != 0
             ? ""
-            : fmt::format(", by default at least one message of max_msg_size() ({} bytes) and "
-                          "never more than the per-Rpc budget; a smaller one means larger "
-                          "requests are never taken",
+            : fmt::format(", by default 2 x max_msg_size() capped at the per-Rpc budget but "
+                          "never below one message of max_msg_size(), {} bytes: a smaller one "
+                          "would never take the largest requests",
                           max_msg_size_)));
   }
   // Default: half the Rpc's, so that one host (one client machine, or an

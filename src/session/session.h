@@ -239,7 +239,8 @@ struct ServerSlot {
 // the first request for one of them arrives. An idle server session holds
 // no slots (a server Rpc may keep tens of thousands of sessions), and a
 // session that never has more than eight requests in flight holds eight:
-// a client always takes its lowest free slot. Slots never move once made
+// a client always takes its lowest free slot (that no request given up
+// unanswered marks: Session::unheard_cslots). Slots never move once made
 // (the engine keeps pointers to them). Iteration visits the allocated
 // slots only.
 template <typename Slot>
