@@ -77,41 +77,42 @@ TEST_CASE("death: the event loop run from a session callback", "[.]") {
   }
 }
 
+// An echo on p's session whose continuation is `cont` (its tag: the Call),
+// and the loops run until it has run.
+void run_echo_continuation(Pair& p, Continuation cont) {
+  Call call(*p.client, 16);
+  REQUIRE(p.client->enqueue_request(p.sn, kEcho, call.req, call.resp, cont, &call) == Errc::kOk);
+  p.pump_for(2s);
+}
+
+// A call_sync on a session that does not exist, from a continuation.
+void call_sync_refused(Rpc& rpc, const Completion& c) {
+  auto* call = static_cast<Call*>(c.tag);
+  (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, call->req, call->resp);
+}
+
 // Refused requests and connects that fail early, so that only the check
 // made first can abort: the caller is in the event loop.
 TEST_CASE("death: call_sync from a continuation on a session that does not exist", "[.]") {
   Pair p;
-  Call call(*p.client, 16);
-  static Call* g_call = &call;
-  REQUIRE(p.client->enqueue_request(
-              p.sn, kEcho, call.req, call.resp,
-              [](Rpc& rpc, const Completion&) {
-                (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, g_call->req, g_call->resp);
-              },
-              &call) == Errc::kOk);
-  p.pump_for(2s);
+  run_echo_continuation(p, call_sync_refused);
 }
 
 TEST_CASE("death: connect from a continuation to a URI that does not parse", "[.]") {
   Pair p;
-  Call call(*p.client, 16);
-  REQUIRE(p.client->enqueue_request(
-              p.sn, kEcho, call.req, call.resp,
-              [](Rpc& rpc, const Completion&) { (void)rpc.connect("no uri", 1, 10ms); },
-              &call) == Errc::kOk);
-  p.pump_for(2s);
+  run_echo_continuation(p,
+                        [](Rpc& rpc, const Completion&) { (void)rpc.connect("no uri", 1, 10ms); });
 }
 
 // cancel() runs the continuation itself, outside the loop.
 TEST_CASE("death: call_sync from a continuation that cancel runs", "[.]") {
   Pair p;
   Call call(*p.client, 16);
-  static Call* g_call = &call;
   RequestId id;
   REQUIRE(p.client->enqueue_request(
               p.sn, kDeferForever, call.req, call.resp,
-              [](Rpc& rpc, const Completion&) {
-                (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, g_call->req, g_call->resp);
+              [&call](Rpc& rpc, const Completion&) {
+                (void)call_sync(rpc, kInvalidSessionNum - 1, kEcho, call.req, call.resp);
               },
               {}, &id) == Errc::kOk);
   REQUIRE(p.pump_until([] { return g_deferred != nullptr; }));
@@ -160,12 +161,8 @@ TEST_CASE("death: a getter called from another thread", "[.]") {
 
 TEST_CASE("death: an Rpc destroyed by its own continuation", "[.]") {
   Pair p;
-  Call call(*p.client, 16);
   static Pair* pair = &p;
-  REQUIRE(p.client->enqueue_request(
-              p.sn, kEcho, call.req, call.resp,
-              [](Rpc&, const Completion&) { pair->client.reset(); }, &call) == Errc::kOk);
-  p.pump_for(2s);
+  run_echo_continuation(p, [](Rpc&, const Completion&) { pair->client.reset(); });
 }
 
 }  // namespace

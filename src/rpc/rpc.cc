@@ -315,8 +315,17 @@ void RpcImpl::free_msg_buffer(MsgBuffer& buf) noexcept {
   MsgBufferAccess::invalidate(buf);
 }
 
+// Any thread when the Nexus has background threads: the allocator and the
+// registration table then take a lock (a background handle may be answered
+// from any thread); else the Rpc's thread only.
 void RpcImpl::check_owner_or_background([[maybe_unused]] const char* what) const noexcept {
-  RPC_CHECK_OWNER_OR_BG(what);
+#ifndef NDEBUG
+  RPC_CHECK_USAGE(std::this_thread::get_id() == owner_thread_ || nexus_.num_bg_threads() > 0,
+                  "Rpc {}: {} called from a thread that does not own the Rpc, and its Nexus has "
+                  "no background threads (NexusConfig::num_bg_threads), without which it is not "
+                  "thread-safe (an Rpc belongs to the thread that created it)",
+                  config_.rpc_id, what);
+#endif
 }
 
 bool RpcImpl::is_connected(SessionNum sn) const {

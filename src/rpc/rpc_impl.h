@@ -62,23 +62,9 @@ struct ReqHandleAccess {
                   "Rpc {}: {} called from a thread that does not own the Rpc (an Rpc belongs " \
                   "to the thread that created it)",                                            \
                   config_.rpc_id, what)
-// The calls a background handler may make too (alloc_msg_buffer and the
-// like), from its thread or any other (a background handle may be answered
-// from any thread): thread-safe when the Nexus has background threads (the
-// allocator and the registration table then take a lock), else for the
-// Rpc's thread only.
-#define RPC_CHECK_OWNER_OR_BG(what)                                                               \
-  RPC_CHECK_USAGE(std::this_thread::get_id() == owner_thread_ || nexus_.num_bg_threads() > 0,     \
-                  "Rpc {}: {} called from a thread that does not own the Rpc, and its Nexus has " \
-                  "no background threads (NexusConfig::num_bg_threads), without which it is not " \
-                  "thread-safe (an Rpc belongs to the thread that created it)",                   \
-                  config_.rpc_id, what)
 #else
 #define RPC_CHECK_OWNER(what) \
   do {                        \
-  } while (0)
-#define RPC_CHECK_OWNER_OR_BG(what) \
-  do {                              \
   } while (0)
 #endif
 
