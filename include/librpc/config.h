@@ -125,7 +125,7 @@ struct RpcConfig {
   // connect and gets min(its own, the server's): the bandwidth of one
   // session over datagrams is about credits x packet size per round trip,
   // so messages larger than bulk_threshold_bytes on a transport without a
-  // bulk path (udp, fabric shm) move faster with more, at the cost of ring
+  // bulk path (udp) move faster with more, at the cost of ring
   // room (fewer sessions per Rpc). docs/benchmarks.md has the measurements.
   size_t session_credits = 64;
   // Most sessions (client and server ends) this Rpc keeps at once.

@@ -35,6 +35,13 @@ class HandleTable {
     return &values_[handle];
   }
   size_t live() const { return values_.size() - free_.size(); }
+  // Calls f on every live value, in place.
+  template <typename F>
+  void for_each(F&& f) {
+    for (T& value : values_) {
+      if (value != T{}) f(value);
+    }
+  }
   // Calls f on every live value and forgets them all.
   template <typename F>
   void drain(F&& f) {

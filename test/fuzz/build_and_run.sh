@@ -16,12 +16,14 @@ secs=${1:-20}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=$root/build-fuzz
 fuzz_src=$root/test/fuzz
-targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing fuzz_kv_protocol fuzz_samehost)
+targets=(fuzz_pkt_hdr fuzz_sm_msg fuzz_engine_rx fuzz_verbs_routing fuzz_kv_protocol fuzz_samehost
+         fuzz_tagged_read)
 # Largest input worth mutating, per target: a header plus lengths; one SM
 # datagram and a bit more; a few dozen 128-byte packets; one routing info.
 declare -A max_len=([fuzz_pkt_hdr]=64 [fuzz_sm_msg]=128 [fuzz_engine_rx]=4096
                     [fuzz_verbs_routing]=48 [fuzz_kv_protocol]=600
-                    [fuzz_samehost]=2200 [fuzz_smr_raft_msg]=4096)
+                    [fuzz_samehost]=2200 [fuzz_smr_raft_msg]=4096
+                    [fuzz_tagged_read]=64)
 # Sources a target needs beyond the library's (from the top of the tree).
 declare -A extra_srcs=([fuzz_kv_protocol]="apps/kv/protocol.cc")
 # apps/smr's raft message decoder: its own source and libraft, not librpc.

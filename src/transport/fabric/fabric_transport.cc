@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -70,17 +71,22 @@ fi_addr_t fi_addr_of(const RoutingInfo& resolved) {
 
 bool is_shm(const std::string& provider) { return provider.rfind("shm", 0) == 0; }
 
-// The hints: an RDM endpoint for untagged messages, RMA reads and writes if
-// the provider has them, the source of each message if it can say, and
-// every memory-registration mode we can follow.
+// The hints: an RDM endpoint for untagged messages, the source of each
+// message if it can say, every memory-registration mode we can follow, and
+// for the bulk path RMA reads and writes if the provider has them (shm:
+// tagged messages with receives directed at one peer instead).
 fi_info* make_hints(const std::string& provider, size_t rx_ring_size, bool want_source,
-                    bool want_rma) {
+                    bool want_bulk) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) fail("fi_allocinfo failed", ENOMEM);
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG;
   if (want_source) hints->caps |= FI_SOURCE;
-  if (want_rma) hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  if (want_bulk && is_shm(provider)) {
+    hints->caps |= FI_TAGGED | FI_DIRECTED_RECV;
+  } else if (want_bulk) {
+    hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  }
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
@@ -213,24 +219,34 @@ std::string rdm_providers() {
   return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
 }
 
+uint64_t steady_now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 }  // namespace
 
 FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bind_ip) {
   if (config.rx_ring_size == 0) fail("rx_ring_size is 0", EINVAL);
   default_fabric_settings(config.fabric_provider);
   try {
-    // Best first: sources and RMA; then without what the provider lacks.
+    // Best first: sources and bulk; then without what the provider lacks.
     // Where the provider addresses by IP, bind to the Nexus's address.
     // A receive queue as deep as the ring is asked for too; a provider
     // whose queue is shorter refuses it, and gets asked without.
     int last_rc = 0;
     for (int attempt = 0; attempt < 16 && info_ == nullptr; attempt++) {
       const bool want_source = (attempt & 8) == 0;
-      const bool want_rma = (attempt & 4) == 0;
+      const bool want_bulk = (attempt & 4) == 0;
       const bool with_node = (attempt & 2) == 0;
       const bool want_depth = (attempt & 1) == 0;
-      fi_info* hints = make_hints(config.fabric_provider, want_depth ? config.rx_ring_size : 0,
-                                  want_source, want_rma);
+      // shm's posted receives, tagged or not, come from one pool of the
+      // receive queue's depth: tagged reads need room beside the ring.
+      const size_t depth =
+          config.rx_ring_size + (want_bulk && is_shm(config.fabric_provider) ? kTaggedRecvRoom : 0);
+      fi_info* hints =
+          make_hints(config.fabric_provider, want_depth ? depth : 0, want_source, want_bulk);
       const int rc = fi_getinfo(kFabricApiVersion, with_node ? bind_ip.c_str() : nullptr, nullptr,
                                 with_node ? FI_SOURCE : 0, hints, &info_);
       fi_freeinfo(hints);
@@ -267,7 +283,8 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // entry for as fi_addr 0 instead of FI_ADDR_NOTAVAIL, i.e. as whichever
     // peer was inserted first (test_fabric.cc, "never resolved"), so its
     // sources cannot tell a peer from a stranger: not used.
-    has_source_ = (info_->caps & FI_SOURCE) != 0 && !is_shm(provider_);
+    cq_sources_ = (info_->caps & FI_SOURCE) != 0;
+    has_source_ = cq_sources_ && !is_shm(provider_);
     const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
     virt_addr_ = (mr_mode & FI_MR_VIRT_ADDR) != 0;
     prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
@@ -279,12 +296,17 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     // offsets into the exposed payload.
     caps_.bulk =
         (info_->caps & FI_RMA) != 0 && (mr_mode & FI_MR_RAW) == 0 && key_size <= sizeof(uint64_t);
-    // No bulk on shm. With virtual addressing it checks no keys (see
+    // No RMA on shm. With virtual addressing it checks no keys (see
     // make_hints); with offset addressing it checks them, but never answers
     // an RMA it refuses, so a sender naming a bad key would stall our read
-    // (and hold its buffer) for good. Large messages go as datagrams.
+    // (and hold its buffer) for good. Reads go by tagged message instead,
+    // checked and answered by our own code (tagged_read.h); they need the
+    // sources of requests (to answer them) and receives directed at one
+    // peer. Without those, large messages go as datagrams.
     if (is_shm(provider_)) {
-      caps_.bulk = false;
+      const uint64_t tagged_caps = FI_TAGGED | FI_DIRECTED_RECV;
+      tagged_bulk_ = (info_->caps & tagged_caps) == tagged_caps && cq_sources_;
+      caps_.bulk = tagged_bulk_;
       if (virt_addr_) {
         RPC_LOG_WARN(
             "fabric transport: shm came with virtual addressing, under which it does RMA "
@@ -311,7 +333,10 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     caps_.max_data_per_pkt = caps_.max_pkt_bytes - kPktHeaderBytes;
     // The ring is as deep as the provider's receive queue allows (shm:
     // 1024, tcp;ofi_rxm: 2048); the engine admits sessions accordingly.
-    caps_.rx_ring_size = std::min(config.rx_ring_size, info_->rx_attr->size);
+    const size_t queue_depth = info_->rx_attr->size;
+    if (tagged_bulk_ && queue_depth < 2 * kTaggedRecvRoom) tagged_bulk_ = caps_.bulk = false;
+    caps_.rx_ring_size =
+        std::min(config.rx_ring_size, queue_depth - (tagged_bulk_ ? kTaggedRecvRoom : 0));
     if (caps_.rx_ring_size < config.rx_ring_size) {
       RPC_LOG_INFO("fabric transport: {} receives at most {} posted buffers; RX ring {} not {}",
                    provider_, info_->rx_attr->size, caps_.rx_ring_size, config.rx_ring_size);
@@ -338,7 +363,9 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     rc = fi_cq_open(domain_, &cq_attr, &tx_cq_, nullptr);
     if (rc != 0) fail("fi_cq_open (tx): " + fi_error(rc));
     cq_attr.format = FI_CQ_FORMAT_MSG;
-    cq_attr.size = caps_.rx_ring_size;
+    // Tagged reads complete there too: our receives of answers (at most
+    // one per context) and the peers' requests.
+    cq_attr.size = caps_.rx_ring_size + (tagged_bulk_ ? tx_depth + kReadRequestBuffers : 0);
     rc = fi_cq_open(domain_, &cq_attr, &rx_cq_, nullptr);
     if (rc != 0) fail("fi_cq_open (rx): " + fi_error(rc));
     rc = fi_endpoint(domain_, info_, &ep_, nullptr);
@@ -381,7 +408,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     auto ring_reg = register_memory(ring_mem_.data(), ring_mem_.size());
     if (!ring_reg) fail(ring_reg.error());
     ring_desc_ = ring_reg->desc;
-    if (caps_.bulk && !exposures_are_distinct(*ring_reg)) {
+    if (caps_.bulk && !tagged_bulk_ && !exposures_are_distinct(*ring_reg)) {
       caps_.bulk = false;
       RPC_LOG_WARN(
           "fabric transport: {} hands out one registration for registrations of the same "
@@ -396,16 +423,29 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       rx_ctx_[i].index = i;
       post_recv(i);
     }
+    if (tagged_bulk_) {
+      req_mem_.assign(size_t{kReadRequestBuffers} * kReadRequestBufBytes, 0);
+      auto req_reg = register_memory(req_mem_.data(), req_mem_.size());
+      if (!req_reg) fail(req_reg.error());
+      req_desc_ = req_reg->desc;
+      req_ctx_.resize(kReadRequestBuffers);
+      for (uint32_t i = 0; i < kReadRequestBuffers; i++) {
+        req_ctx_[i].kind = OpKind::kReadRequest;
+        req_ctx_[i].index = i;
+        post_read_request_recv(i);
+      }
+    }
   } catch (...) {
     cleanup();
     throw;
   }
   RPC_LOG_INFO(
       "fabric transport: provider {}, endpoint {}, {} B packets, inject {} B, sources {}, bulk {} "
-      "({} addresses)",
+      "({})",
       provider_, describe_name(local_addr_.data(), local_addr_len_, info_->addr_format),
       caps_.max_pkt_bytes, caps_.max_inline_bytes, has_source_, caps_.bulk,
-      virt_addr_ ? "virtual" : "offset");
+      tagged_bulk_ ? "reads by tagged message"
+                   : (virt_addr_ ? "virtual addresses" : "offset addresses"));
 }
 
 FabricTransport::~FabricTransport() { cleanup(); }
@@ -419,6 +459,8 @@ void FabricTransport::cleanup() noexcept {
     r = Region{};
   }
   exposures_.drain([](fid_mr* mr) { fi_close(&mr->fid); });
+  tagged_exposures_.drain([](TaggedExposure&) {});
+  pending_requests_.clear();
   if (av_ != nullptr) fi_close(&av_->fid);
   if (tx_cq_ != nullptr) fi_close(&tx_cq_->fid);
   if (rx_cq_ != nullptr) fi_close(&rx_cq_->fid);
@@ -472,7 +514,7 @@ size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
   const size_t want = std::min(out.size(), kMaxBatch);
   std::array<fi_cq_msg_entry, kMaxBatch> entries;
   std::array<fi_addr_t, kMaxBatch> sources;
-  const ssize_t n = has_source_ ? fi_cq_readfrom(rx_cq_, entries.data(), want, sources.data())
+  const ssize_t n = cq_sources_ ? fi_cq_readfrom(rx_cq_, entries.data(), want, sources.data())
                                 : fi_cq_read(rx_cq_, entries.data(), want);
   const size_t ring = handed_out_.size();
   auto hand_out = [&](uint32_t index) {
@@ -484,21 +526,31 @@ size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
     // engine counts it and returns it like any other.
     fi_cq_err_entry err{};
     if (fi_cq_readerr(rx_cq_, &err, 0) != 1 || err.op_context == nullptr) return 0;
-    const auto* ctx = static_cast<const OpContext*>(err.op_context);
+    auto* ctx = static_cast<OpContext*>(err.op_context);
     RPC_LOG_DEBUG("fabric transport: receive failed: {}", fi_strerror(err.err));
+    if (ctx->kind != OpKind::kRecv) {  // a tagged read's answer or a peer's request
+      handle_tagged_completion(ctx, 0, FI_ADDR_NOTAVAIL, false);
+      return 0;
+    }
     out[0] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes, 0, 0};
     hand_out(ctx->index);
     return 1;
   }
   if (n <= 0) return 0;
+  size_t got = 0;
   for (size_t i = 0; i < static_cast<size_t>(n); i++) {
-    const auto* ctx = static_cast<const OpContext*>(entries[i].op_context);
-    out[i] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes,
-                      static_cast<uint32_t>(entries[i].len),
-                      make_src_key(has_source_ ? sources[i] : FI_ADDR_UNSPEC)};
+    auto* ctx = static_cast<OpContext*>(entries[i].op_context);
+    if (ctx->kind != OpKind::kRecv) [[unlikely]] {
+      handle_tagged_completion(ctx, entries[i].len, cq_sources_ ? sources[i] : FI_ADDR_NOTAVAIL,
+                               true);
+      continue;
+    }
+    out[got++] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes,
+                          static_cast<uint32_t>(entries[i].len),
+                          make_src_key(has_source_ ? sources[i] : FI_ADDR_UNSPEC)};
     hand_out(ctx->index);
   }
-  return static_cast<size_t>(n);
+  return got;
 }
 
 FabricTransport::OpContext* FabricTransport::take_tx_context() {
@@ -522,6 +574,7 @@ void FabricTransport::progress_tx() {
       if (ctx->kind == OpKind::kBulk) {
         finish_bulk_part(ctx, false);
       } else {
+        if (ctx->kind == OpKind::kExposeSend) finish_expose_send(ctx);
         tx_free_.push_back(ctx);
       }
       continue;
@@ -532,6 +585,7 @@ void FabricTransport::progress_tx() {
       if (ctx->kind == OpKind::kBulk) {
         finish_bulk_part(ctx, true);
       } else {
+        if (ctx->kind == OpKind::kExposeSend) finish_expose_send(ctx);
         tx_free_.push_back(ctx);
       }
     }
@@ -659,6 +713,7 @@ void FabricTransport::release_remote_routing_info(const RoutingInfo& resolved) {
   const fi_addr_t addr = it->second.addr;
   drop_pending_to(addr);
   fail_pending_rma_to(addr);
+  if (tagged_bulk_) forget_tagged_peer(addr);
   fi_addr_t to_remove = addr;
   const int rc = fi_av_remove(av_, &to_remove, 1, 0);
   if (rc != 0) RPC_LOG_WARN("fabric transport: fi_av_remove: {}", fi_error(rc));
@@ -735,6 +790,7 @@ void FabricTransport::deregister_memory(const MemReg& reg) {
 
 bool FabricTransport::expose_for_read(const RoutingInfo& reader, const void* addr, size_t len,
                                       const MemReg& reg, Exposure& out) {
+  if (tagged_bulk_) return expose_tagged(reader, addr, len, reg, out);
   (void)reader;
   (void)reg;
   return expose(addr, len, out);
@@ -766,7 +822,12 @@ bool FabricTransport::exposures_are_distinct(const MemReg& ring) {
 
 void FabricTransport::revoke_exposure(Exposure& exposure) {
   if (!exposure.active()) return;
-  if (fid_mr* mr = exposures_.take(exposure.handle); mr != nullptr) fi_close(&mr->fid);
+  if (tagged_bulk_) {
+    // Answers already sent finish; no request is served from now on.
+    (void)tagged_exposures_.take(exposure.handle);
+  } else if (fid_mr* mr = exposures_.take(exposure.handle); mr != nullptr) {
+    fi_close(&mr->fid);
+  }
   exposure = Exposure{};
 }
 
@@ -779,6 +840,9 @@ void FabricTransport::quiesce_bulk() {
   ep_ = nullptr;
   bulk_done_.clear();
   pending_rma_.clear();
+  pending_requests_.clear();
+  tagged_reads_posted_ = 0;
+  for (OpContext& c : tx_ctx_) c.posted_ns = 0;
   parents_.drain([](BulkParent&) {});
   pending_count_ = 0;
 }
@@ -789,6 +853,10 @@ void FabricTransport::quiesce_bulk() {
 // its own context, and the operation completes with its last part.
 bool FabricTransport::post_rma(const BulkOp& op, bool write) {
   if (!caps_.bulk || ep_ == nullptr) return false;
+  if (tagged_bulk_ && write) {  // no remote write exists on this path
+    bulk_done_.push_back(BulkCompletion{op.cookie, false});
+    return true;
+  }
   size_t parts = 1;
   if (!write && read_chunk_bytes_ != 0 && op.len > read_chunk_bytes_) {
     parts = std::min<size_t>((op.len + read_chunk_bytes_ - 1) / read_chunk_bytes_, kMaxReadParts);
@@ -850,6 +918,7 @@ void FabricTransport::finish_bulk_part(OpContext* ctx, bool ok) {
 }
 
 ssize_t FabricTransport::issue_rma(const PendingRma& r) {
+  if (tagged_bulk_) return issue_tagged_read(r);
   return r.write ? fi_write(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
                             r.remote_key, &r.ctx->fi)
                  : fi_read(ep_, r.local_addr, r.len, r.local_desc, r.peer, r.remote_addr,
@@ -885,10 +954,210 @@ void FabricTransport::fail_pending_rma_to(fi_addr_t peer) {
 size_t FabricTransport::poll_bulk(std::span<BulkCompletion> out) {
   progress_tx();
   if (!pending_rma_.empty() && ep_ != nullptr) drain_pending_rma();
+  if (!pending_requests_.empty() && ep_ != nullptr) drain_read_requests();
+  // The clock only now and then, and only while reads wait for answers.
+  if (tagged_reads_posted_ > 0 && ++polls_since_expiry_check_ >= 1024) {
+    polls_since_expiry_check_ = 0;
+    expire_tagged_reads();
+  }
   const size_t n = std::min(out.size(), bulk_done_.size());
   std::copy_n(bulk_done_.begin(), n, out.begin());
   bulk_done_.erase(bulk_done_.begin(), bulk_done_.begin() + static_cast<ptrdiff_t>(n));
   return n;
+}
+
+// --- tagged reads (shm): see tagged_read.h ---
+
+bool FabricTransport::expose_tagged(const RoutingInfo& reader, const void* addr, size_t len,
+                                    const MemReg& reg, Exposure& out) {
+  // Bound to the reader where it is a route we resolved (the engine's
+  // case); tests expose to no one in particular.
+  const FabricRoutingInfo f = fabric_info_of(reader);
+  const fi_addr_t bound = f.magic == kFabricRoutingMagic ? f.fi_addr : FI_ADDR_UNSPEC;
+  // (A key from the start: an entry equal to TaggedExposure{} reads as free.)
+  const uint32_t handle = tagged_exposures_.add(TaggedExposure{
+      static_cast<const uint8_t*>(addr), len, kTaggedDataBit, reg.desc, bound, false, 0});
+  if (handle > kExposureHandleMask) {  // more live exposures than keys can name
+    (void)tagged_exposures_.take(handle);
+    return false;
+  }
+  // Bit 63 keeps every key non-zero (an entry with key 0 reads as free).
+  const uint64_t key = (random_u64() & ~kExposureHandleMask) | kTaggedDataBit | handle;
+  tagged_exposures_.get(handle)->key = key;
+  out = Exposure{0, key, handle};  // offsets from the payload's first byte
+  return true;
+}
+
+// The peer's address-vector entry goes away (and may be given to another
+// peer): nothing of ours is sent to it any more, and our reads from it fail.
+void FabricTransport::forget_tagged_peer(fi_addr_t peer) {
+  tagged_exposures_.for_each([&](TaggedExposure& e) {
+    if (e.reader == peer) e.reader_gone = true;
+  });
+  if (ep_ == nullptr) return;  // quiesced: nothing is posted any more
+  std::erase_if(pending_requests_, [&](const PendingRequest& p) {
+    if (p.owner != peer) return false;
+    (void)fi_cancel(&ep_->fid, &p.ctx->fi);  // its completion fails the part
+    return true;
+  });
+  for (OpContext& c : tx_ctx_) {
+    if (c.kind == OpKind::kBulk && c.posted_ns != 0 && c.peer == peer) {
+      (void)fi_cancel(&ep_->fid, &c.fi);
+    }
+  }
+}
+
+void FabricTransport::post_read_request_recv(uint32_t index) {
+  uint8_t* buf = req_mem_.data() + size_t{index} * kReadRequestBufBytes;
+  for (int attempt = 0; attempt < kMaxTxRetries; attempt++) {
+    const ssize_t rc = fi_trecv(ep_, buf, kReadRequestBufBytes, req_desc_, FI_ADDR_UNSPEC,
+                                kReadRequestTag, 0, &req_ctx_[index].fi);
+    if (rc == 0) return;
+    if (rc != -FI_EAGAIN) break;
+    progress_tx();
+  }
+  RPC_LOG_ERROR("fabric transport: could not post read-request buffer {}", index);
+}
+
+// The reader's side of one part: a receive for exactly this part from the
+// owner, under a fresh random tag, then the request naming it.
+ssize_t FabricTransport::issue_tagged_read(const PendingRma& r) {
+  // Our receives share the queue with the ring: at most kMaxTaggedReads.
+  if (tagged_reads_posted_ >= kMaxTaggedReads) return -FI_EAGAIN;
+  const uint64_t tag = kTaggedDataBit | (random_u64() >> 1);
+  r.ctx->expected_len = r.len;
+  r.ctx->peer = r.peer;
+  const ssize_t rc = fi_trecv(ep_, r.local_addr, r.len, r.local_desc, r.peer, tag, 0, &r.ctx->fi);
+  if (rc != 0) return rc;
+  r.ctx->posted_ns = steady_now_ns();
+  tagged_reads_posted_++;
+  const PendingRequest p{
+      r.peer, {kTaggedReadMagic, r.len, r.remote_key, r.remote_addr, tag}, r.ctx};
+  if (!pending_requests_.empty() || !send_read_request(p)) pending_requests_.push_back(p);
+  return 0;
+}
+
+// False when the provider cannot take it yet; a request it refuses for good
+// cancels the part's receive, which then fails.
+bool FabricTransport::send_read_request(const PendingRequest& p) {
+  std::array<uint8_t, kTaggedReadRequestBytes> bytes;
+  encode_tagged_read_request(p.req, bytes.data());
+  const ssize_t rc = fi_tinject(ep_, bytes.data(), bytes.size(), p.owner, kReadRequestTag);
+  if (rc == -FI_EAGAIN) return false;
+  if (rc != 0) {
+    RPC_LOG_WARN("fabric transport: fi_tinject (read request): {}", fi_error(rc));
+    (void)fi_cancel(&ep_->fid, &p.ctx->fi);
+  }
+  return true;
+}
+
+bool FabricTransport::send_read_request_for_testing(const RoutingInfo& owner, const uint8_t* bytes,
+                                                    size_t len) {
+  progress_tx();
+  return fi_tinject(ep_, bytes, len, fi_addr_of(owner), kReadRequestTag) == 0;
+}
+
+void FabricTransport::drain_read_requests() {
+  size_t done = 0;
+  for (; done < pending_requests_.size(); done++) {
+    if (!send_read_request(pending_requests_[done])) break;
+  }
+  pending_requests_.erase(pending_requests_.begin(),
+                          pending_requests_.begin() + static_cast<ptrdiff_t>(done));
+}
+
+void FabricTransport::handle_tagged_completion(OpContext* ctx, size_t len, fi_addr_t source,
+                                               bool ok) {
+  if (ctx->kind == OpKind::kReadRequest) {
+    if (ok) {
+      serve_read_request(ctx->index, len, source);
+    } else {
+      tagged_stats_.malformed++;  // e.g. longer than a request: truncated
+      post_read_request_recv(ctx->index);
+    }
+    return;
+  }
+  if (ctx->kind != OpKind::kBulk) return;
+  if (ctx->posted_ns != 0) {
+    ctx->posted_ns = 0;
+    tagged_reads_posted_--;
+  }
+  // A shorter answer (the owner's refusal is empty) fails the part; a
+  // longer one was truncated, an error.
+  finish_bulk_part(ctx, ok && len == ctx->expected_len);
+}
+
+// The owner's side: a request is untrusted bytes from any endpoint on the
+// host. It is served only for a live exposure of ours with that key, from
+// the exposure's reader, inside the exposure, and answered to its source.
+void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t source) {
+  const std::optional<TaggedReadRequest> req =
+      decode_tagged_read_request(req_mem_.data() + size_t{index} * kReadRequestBufBytes, len);
+  post_read_request_recv(index);  // the request was copied out
+  if (!req) {
+    tagged_stats_.malformed++;
+    return;
+  }
+  if (source == FI_ADDR_NOTAVAIL || source == FI_ADDR_UNSPEC) {
+    tagged_stats_.malformed++;  // nobody to answer
+    return;
+  }
+  const uint32_t handle = exposure_handle_of_key(req->key);
+  TaggedExposure* e = tagged_exposures_.get(handle);
+  const bool allowed = e != nullptr && e->key == req->key && !e->reader_gone &&
+                       (e->reader == FI_ADDR_UNSPEC || e->reader == source) &&
+                       tagged_read_within(req->offset, req->len, e->len) &&
+                       e->sends_in_flight < kMaxSendsPerExposure;
+  if (!allowed || tx_free_.empty()) {
+    refuse_read(source, req->tag);
+    return;
+  }
+  OpContext* ctx = tx_free_.back();
+  ctx->kind = OpKind::kExposeSend;
+  ctx->index = handle;
+  ctx->key = req->key;
+  const ssize_t rc =
+      fi_tsend(ep_, e->addr + req->offset, req->len, e->desc, source, req->tag, &ctx->fi);
+  if (rc != 0) {
+    RPC_LOG_DEBUG("fabric transport: fi_tsend (read answer): {}", fi_error(rc));
+    refuse_read(source, req->tag);
+    return;
+  }
+  tx_free_.pop_back();
+  e->sends_in_flight++;
+  tagged_stats_.served++;
+}
+
+// An empty message under the reader's tag: its read fails at once instead
+// of waiting for the timeout (an honest reader whose peer revoked the
+// exposure: a request given up, a session ended).
+void FabricTransport::refuse_read(fi_addr_t source, uint64_t tag) {
+  tagged_stats_.refused++;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    const ssize_t rc = fi_tinject(ep_, nullptr, 0, source, tag);
+    if (rc != -FI_EAGAIN) return;
+    progress_tx();
+  }
+}
+
+void FabricTransport::finish_expose_send(const OpContext* ctx) {
+  TaggedExposure* e = tagged_exposures_.get(ctx->index);
+  if (e != nullptr && e->key == ctx->key && e->sends_in_flight > 0) e->sends_in_flight--;
+}
+
+// Reads whose answer has not come in tagged_read_timeout_ns_ are cancelled:
+// their receives complete as failed (a cancel that comes too late, the
+// answer already arriving, changes nothing).
+void FabricTransport::expire_tagged_reads() {
+  const uint64_t now = steady_now_ns();
+  for (OpContext& c : tx_ctx_) {
+    if (c.kind != OpKind::kBulk || c.posted_ns == 0 ||
+        now - c.posted_ns < tagged_read_timeout_ns_) {
+      continue;
+    }
+    c.posted_ns = now;  // at most one cancel per timeout
+    if (fi_cancel(&ep_->fid, &c.fi) == 0) tagged_stats_.timed_out++;
+  }
 }
 
 }  // namespace rpc::detail

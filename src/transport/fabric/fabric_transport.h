@@ -2,7 +2,8 @@
 // the interface AWS EFA offers. One endpoint per Rpc with an address vector,
 // zero-copy sends from registered MsgBuffers (small packets injected), a
 // posted receive ring, and one-sided fi_read/fi_write for bulk transfers
-// where the provider has RMA with virtual addressing.
+// where the provider has RMA with virtual addressing. On shm, whose RMA
+// cannot be trusted, reads go by tagged message instead (tagged_read.h).
 //
 // Exercised here with the tcp;ofi_rxm and shm providers, which run the same
 // FI_EP_RDM calls as efa. Not exercised: efa itself (no EFA device).
@@ -13,6 +14,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 
 #include <array>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/fabric/tagged_read.h"
 #include "transport/handle_table.h"
 #include "transport/transport.h"
 
@@ -63,17 +66,37 @@ class FabricTransport final : public Transport {
   // Registers exactly the payload with FI_REMOTE_READ only, under a random
   // requested key (or the provider's, FI_MR_PROV_KEY); closed on revoke.
   // Any peer with the key may read it: RDM endpoints have no per-peer
-  // binding of a registration.
+  // binding of a registration. On shm (tagged reads) the exposure is an
+  // entry in our own table, answered only to `reader` where it is a
+  // resolved route.
   bool expose_for_read(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
                        Exposure& out) override;
   void revoke_exposure(Exposure& exposure) override;
   void quiesce_bulk() override;
   // Live exposures (tests: every transfer's exposure ends).
-  size_t num_exposures() const { return exposures_.live(); }
+  size_t num_exposures() const { return exposures_.live() + tagged_exposures_.live(); }
   bool post_read(const BulkOp& op) override { return post_rma(op, /*write=*/false); }
   // The engine never writes to a peer. Tests act as a hostile peer with
-  // this: a write into an exposure must fail (FI_REMOTE_READ only).
+  // this: a write into an exposure must fail (FI_REMOTE_READ only; with
+  // tagged reads there is no remote write at all, and it fails at once).
   bool post_write_for_testing(const BulkOp& op) { return post_rma(op, /*write=*/true); }
+  // True when bulk reads go by tagged message (shm), not by RMA.
+  bool tagged_reads() const { return tagged_bulk_; }
+  // Tagged reads: requests for exposures of ours that we served, refused,
+  // or dropped as malformed; and reads of ours given up unanswered.
+  struct TaggedReadStats {
+    uint64_t served = 0;
+    uint64_t refused = 0;
+    uint64_t malformed = 0;
+    uint64_t timed_out = 0;
+  };
+  const TaggedReadStats& tagged_read_stats() const { return tagged_stats_; }
+  // Tests act as a hostile peer with this: any bytes, sent as a read
+  // request to the owner of exposures at `owner` (a resolved route). False
+  // when the provider did not take it (shm: until the owner has polled once).
+  bool send_read_request_for_testing(const RoutingInfo& owner, const uint8_t* bytes, size_t len);
+  // Tests: how long a tagged read may wait for its answer.
+  void set_tagged_read_timeout_ms(uint64_t ms) { tagged_read_timeout_ns_ = ms * 1'000'000; }
   size_t poll_bulk(std::span<BulkCompletion> out) override;
 
   std::string provider() const override { return provider_; }
@@ -107,14 +130,22 @@ class FabricTransport final : public Transport {
   static constexpr uint64_t kMinRtoUs = 50'000;
 
  private:
-  enum class OpKind : uint8_t { kSend, kRecv, kBulk };
+  // kReadRequest: a posted receive for peers' read requests (tagged
+  // reads); kExposeSend: our answer to one, a tagged send of an exposure.
+  enum class OpKind : uint8_t { kSend, kRecv, kBulk, kReadRequest, kExposeSend };
   // Per-operation context. libfabric may use the fi_context2 (FI_CONTEXT
   // mode) until the operation completes; it must come first.
   struct OpContext {
     fi_context2 fi;
     OpKind kind;
-    uint32_t index;   // RX ring buffer
+    uint32_t index;   // RX ring buffer, read-request buffer, or exposure handle
     uint32_t parent;  // bulk: the operation this part of it belongs to (parents_)
+    // Tagged reads: the part's length (a shorter answer is a refusal), and
+    // when its receive was posted (0: not posted, e.g. still waiting).
+    uint32_t expected_len;
+    uint64_t posted_ns;
+    uint64_t key;    // kExposeSend: the exposure's key (its handle may be reused)
+    fi_addr_t peer;  // kBulk on tagged reads: the owner asked
   };
   // A one-sided operation, posted as one or more parts (pipelined reads);
   // reported to the engine when its last part completes.
@@ -153,6 +184,19 @@ class FabricTransport final : public Transport {
     bool write;
   };
   ssize_t issue_rma(const PendingRma& r);
+  // Tagged reads (shm): the reader's side posts the receive and asks; the
+  // owner's side answers from its table of exposures.
+  ssize_t issue_tagged_read(const PendingRma& r);
+  void drain_read_requests();
+  void post_read_request_recv(uint32_t index);
+  void serve_read_request(uint32_t index, size_t len, fi_addr_t source);
+  void refuse_read(fi_addr_t source, uint64_t tag);
+  void finish_expose_send(const OpContext* ctx);
+  void handle_tagged_completion(OpContext* ctx, size_t len, fi_addr_t source, bool ok);
+  void expire_tagged_reads();
+  void forget_tagged_peer(fi_addr_t peer);
+  bool expose_tagged(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
+                     Exposure& out);
   void finish_bulk_part(OpContext* ctx, bool ok);
   void drain_pending_rma();
   void fail_pending_rma_to(fi_addr_t peer);
@@ -180,6 +224,8 @@ class FabricTransport final : public Transport {
   TransportCaps caps_;
   std::string provider_;
   bool has_source_ = false;
+  bool cq_sources_ = false;  // fi_cq_readfrom (the provider has FI_SOURCE)
+  bool tagged_bulk_ = false;
   bool virt_addr_ = false;
   bool endpoint_mr_ = false;
   fi_info* info_ = nullptr;
@@ -228,6 +274,46 @@ class FabricTransport final : public Transport {
   bool prov_key_ = false;
   uint64_t key_mask_ = UINT64_MAX;  // requested keys fit mr_key_size bytes
   HandleTable<fid_mr*> exposures_;  // live exposures
+
+  // Tagged reads. Our exposures: what a request may name.
+  struct TaggedExposure {
+    const uint8_t* addr = nullptr;
+    uint64_t len = 0;
+    uint64_t key = 0;
+    void* desc = nullptr;
+    fi_addr_t reader = FI_ADDR_UNSPEC;  // FI_ADDR_UNSPEC: not bound to one peer
+    bool reader_gone = false;           // its address-vector entry was removed
+    uint32_t sends_in_flight = 0;
+    bool operator==(const TaggedExposure&) const = default;
+  };
+  HandleTable<TaggedExposure> tagged_exposures_;
+  // Answers in flight per exposure: an honest reader asks once per part.
+  static constexpr uint32_t kMaxSendsPerExposure = 2 * kMaxReadParts;
+  // Posted receives for read requests, re-posted as each is served.
+  static constexpr uint32_t kReadRequestBuffers = 64;
+  // Reads of ours posted at once (more wait, in order); with the request
+  // buffers, the room they take in the provider's receive queue.
+  static constexpr size_t kMaxTaggedReads = 64;
+  static constexpr size_t kTaggedRecvRoom = kReadRequestBuffers + kMaxTaggedReads;
+  static constexpr size_t kReadRequestBufBytes = 64;  // longer ones are truncated: dropped
+  std::vector<uint8_t> req_mem_;
+  void* req_desc_ = nullptr;
+  std::vector<OpContext> req_ctx_;
+  // Requests of ours the provider could not take yet, oldest first.
+  struct PendingRequest {
+    fi_addr_t owner;
+    TaggedReadRequest req;
+    OpContext* ctx;  // the part's receive, cancelled if the request cannot go
+  };
+  std::vector<PendingRequest> pending_requests_;
+  bool send_read_request(const PendingRequest& p);
+  // A read no answer reached in this long is cancelled and fails (the
+  // owner died or never answers); the engine then retries the transfer.
+  static constexpr uint64_t kTaggedReadTimeoutNs = 5'000'000'000;
+  uint64_t tagged_read_timeout_ns_ = kTaggedReadTimeoutNs;
+  size_t tagged_reads_posted_ = 0;
+  uint32_t polls_since_expiry_check_ = 0;
+  TaggedReadStats tagged_stats_;
   // One address-vector entry per remote endpoint name: sessions to the
   // same peer share it, so the source libfabric reports matches them all.
   // Counted: removed from the address vector when the last session to
