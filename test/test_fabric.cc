@@ -89,6 +89,8 @@ TEST_CASE("fabric endpoints exchange datagrams and name their source", "[fabric]
   CHECK(caps.max_pkt_bytes == (provider == "shm" ? 4096u : 1500u));
   CHECK(caps.max_data_per_pkt == caps.max_pkt_bytes - kPktHeaderBytes);
   CHECK(caps.bulk);  // on shm by tagged message: "over shm, large messages are read by ..."
+  // shm is memory, not a network: no congestion control over it
+  CHECK(caps.congestion_free == (provider == "shm"));
   // A full-size datagram goes out zero copy, a bare header injected
   check_datagrams_arrive(a, b, [&] { a.rx_burst({}); });
   // And resolving the same peer again reuses its address-vector entry, so
