@@ -494,6 +494,129 @@ TEST_CASE("over shm, an exposure is not served once its reader's address entry i
   CHECK(x.owner.tagged_read_stats().served == 1);
 }
 
+TEST_CASE("over shm, a late answer to a read that timed out reaches no later read", "[fabric]") {
+  if (!shm_under_test()) return;
+  ShmExposure x(64 << 10);
+  REQUIRE(x.read(0, x.exposure.key, 64 << 10));  // shm has connected both ways
+  // When the owner does not poll until the read has timed out, then answers
+  x.reader.set_tagged_read_timeout_ms(50);
+  CHECK_FALSE(x.read(0, x.exposure.key, 64 << 10, /*owner_polls=*/false));
+  CHECK(x.reader.tagged_read_stats().timed_out == 1);
+  std::array<RxPacket, 32> rx{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (x.owner.tagged_read_stats().served < 2 && std::chrono::steady_clock::now() < deadline) {
+    for (FabricTransport* t : {&x.owner, &x.reader}) {
+      const size_t got = t->rx_burst(rx);
+      if (got > 0) t->post_recvs(got);
+    }
+  }
+  // Expect the late answer sent (shm keeps it as unexpected: its tag is
+  // never posted again, docs/transports.md), the reader's receive gone
+  CHECK(x.owner.tagged_read_stats().served == 2);
+  CHECK(x.reader.tagged_receives_posted() == 0);
+  // and a later read of other bytes gets its own, not the late answer
+  std::fill(x.payload.bytes.begin(), x.payload.bytes.end(), uint8_t{0x5A});
+  std::fill(x.mine.bytes.begin(), x.mine.bytes.end(), uint8_t{0});
+  CHECK(x.read(0, x.exposure.key, 64 << 10));
+  CHECK(std::all_of(x.mine.bytes.begin(), x.mine.bytes.end(), [](uint8_t b) { return b == 0x5A; }));
+}
+
+TEST_CASE("over shm, an owner that never polls holds up no read from another owner", "[fabric]") {
+  if (!shm_under_test()) return;
+  const RpcConfig config = fabric_config("shm");
+  FabricTransport reader(config, "127.0.0.1");
+  FabricTransport stuck(config, "127.0.0.1");  // never polls: shm takes no message for it
+  FabricTransport owner(config, "127.0.0.1");
+  const RoutePair to_stuck = resolve_each_other(reader, stuck);
+  const RoutePair to_owner = resolve_each_other(reader, owner);
+  TxBuffer payload(owner, 8192);
+  Exposure exposure;
+  REQUIRE(owner.expose_for_read(to_owner.to_a, payload.bytes.data(), 8192, payload.reg, exposure));
+  reader.set_tagged_read_timeout_ms(60'000);
+  TxBuffer mine(reader, 2 * 8192);
+  // A read from the stuck owner first: its request cannot go, and waits
+  const BulkOp stuck_op{&to_stuck.to_b,
+                        mine.bytes.data() + 8192,
+                        mine.reg.lkey,
+                        mine.reg.desc,
+                        0,
+                        exposure.key,
+                        64,
+                        77};
+  REQUIRE(reader.post_read(stuck_op));
+  // Expect the other owner's read (its own first request waiting too, until
+  // that owner polls) to complete all the same
+  CHECK(tagged_read(reader, to_owner.to_b, mine, 0, exposure.key, 8192, {&owner, &reader}, 78));
+  CHECK(std::memcmp(mine.bytes.data(), payload.bytes.data(), 8192) == 0);
+  // When the reader lets go of the stuck owner, its read fails at once
+  reader.release_remote_routing_info(to_stuck.to_b);
+  std::array<BulkCompletion, 4> done{};
+  std::array<RxPacket, 32> rx{};
+  bool stuck_failed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!stuck_failed && std::chrono::steady_clock::now() < deadline) {
+    const size_t got = reader.rx_burst(rx);
+    if (got > 0) reader.post_recvs(got);
+    const size_t n = reader.poll_bulk(done);
+    for (size_t i = 0; i < n; i++) stuck_failed |= done[i].cookie == 77 && !done[i].ok;
+  }
+  CHECK(stuck_failed);
+  CHECK(reader.bulk_ops_in_flight() == 0);
+  owner.revoke_exposure(exposure);
+}
+
+TEST_CASE("over shm, an owner answers one reader at most 32 parts it has not taken in",
+          "[fabric]") {
+  if (!shm_under_test()) return;
+  constexpr uint32_t kPart = 8192;
+  constexpr uint32_t kParts = 20;  // of each of two exposures: 40 in all
+  ShmExposure x(kPart * kParts);
+  TxBuffer second(x.owner, kPart * kParts);
+  Exposure second_exposure;
+  REQUIRE(x.owner.expose_for_read(x.routes.to_a, second.bytes.data(), kPart * kParts, second.reg,
+                                  second_exposure));
+  REQUIRE(x.read(0, x.exposure.key, 64));  // shm has connected both ways
+  // When the reader asks for every part of both, then only the owner polls
+  uint64_t cookie = 100;
+  for (const Exposure* e : {&x.exposure, &second_exposure}) {
+    for (uint32_t i = 0; i < kParts; i++) {
+      const BulkOp op{&x.routes.to_b,
+                      x.mine.bytes.data() + size_t{i} * kPart,
+                      x.mine.reg.lkey,
+                      x.mine.reg.desc,
+                      uint64_t{i} * kPart,
+                      e->key,
+                      kPart,
+                      cookie++};
+      REQUIRE(x.reader.post_read(op));
+    }
+  }
+  std::array<RxPacket, 32> rx{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (x.owner.tagged_read_stats().served + x.owner.tagged_read_stats().refused < 41 &&
+         std::chrono::steady_clock::now() < deadline) {
+    const size_t got = x.owner.rx_burst(rx);
+    if (got > 0) x.owner.post_recvs(got);
+  }
+  // Expect 32 answered and the other 8 refused
+  CHECK(x.owner.tagged_read_stats().served == 1 + 32);
+  CHECK(x.owner.tagged_read_stats().refused == 8);
+  // and once the reader takes them in, all 40 complete: 32 ok, 8 failed
+  size_t ok = 0, failed = 0;
+  std::array<BulkCompletion, 16> done{};
+  while (ok + failed < 40 && std::chrono::steady_clock::now() < deadline) {
+    for (FabricTransport* t : {&x.owner, &x.reader}) {
+      const size_t got = t->rx_burst(rx);
+      if (got > 0) t->post_recvs(got);
+    }
+    const size_t n = x.reader.poll_bulk(done);
+    for (size_t i = 0; i < n; i++) (done[i].ok ? ok : failed)++;
+  }
+  CHECK(ok == 32);
+  CHECK(failed == 8);
+  x.owner.revoke_exposure(second_exposure);
+}
+
 TEST_CASE("over shm, a malformed read request is dropped and counted", "[fabric]") {
   if (!shm_under_test()) return;
   ShmExposure x(4096);

@@ -211,9 +211,10 @@ class Transport {
   }
   // Ends an exposure (a no-op on an inactive one) and marks it inactive.
   // After it returns, a peer's read of it fails, and one in flight may
-  // fail; it never sees bytes written later. samehost is the exception:
-  // its reads are the kernel's (process_vm_readv), and one already under
-  // way may still see them (docs/transports.md, "samehost").
+  // fail; it never sees bytes written later. samehost and fabric over shm
+  // are the exception: their reads are the kernel's (process_vm_readv),
+  // and one already under way may still see them (docs/transports.md,
+  // "samehost", "Bulk on shm").
   virtual void revoke_exposure(Exposure& exposure) { exposure = Exposure{}; }
   // Reads op.len bytes from the remote buffer into the local one. False
   // when the op could not be posted (try again later). The local buffer

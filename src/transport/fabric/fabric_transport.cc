@@ -135,15 +135,40 @@ void default_fabric_settings(const std::string& provider) {
   });
 }
 
-// True when the user turned ofi_rxm's shared receive context off
-// (libfabric's spellings of a false boolean).
-bool rxm_srx_off() {
-  const char* v = std::getenv("FI_OFI_RXM_USE_SRX");
-  if (v == nullptr) return false;
+// libfabric's spellings of a false boolean.
+bool is_false_word(const char* v) {
   for (const char* no : {"0", "false", "no", "off"}) {
     if (strcasecmp(v, no) == 0) return true;
   }
   return false;
+}
+
+// True when the user turned ofi_rxm's shared receive context off.
+bool rxm_srx_off() {
+  const char* v = std::getenv("FI_OFI_RXM_USE_SRX");
+  return v != nullptr && is_false_word(v);
+}
+
+// Why shm would move a large tagged send without cross-memory attach, or
+// nullptr. shm moves one by CMA (the reader's kernel copies from us, with
+// the same right to read any of our memory) where the processes may
+// ptrace each other; elsewhere it copies through shared buffers from our
+// own progress, piece by piece, which would go on reading an exposure
+// after its revoke (another message's bytes, once the buffer is reused).
+// So tagged reads need CMA: not turned off, and Yama not restricting
+// ptrace (scope 0, or no Yama). shm's regions are created 0600, so its
+// peers run as the same user.
+const char* shm_cma_unavailable() {
+  if (const char* v = std::getenv("FI_SHM_DISABLE_CMA"); v != nullptr && !is_false_word(v)) {
+    return "FI_SHM_DISABLE_CMA is set";
+  }
+  if (FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r"); f != nullptr) {
+    int scope = -1;
+    const int got = std::fscanf(f, "%d", &scope);
+    std::fclose(f);
+    if (got != 1 || scope != 0) return "Yama's ptrace_scope is not 0";
+  }
+  return nullptr;
 }
 
 // What to do when fi_enable fails on ofi_rxm over verbs (see above).
@@ -306,6 +331,13 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
     if (is_shm(provider_)) {
       const uint64_t tagged_caps = FI_TAGGED | FI_DIRECTED_RECV;
       tagged_bulk_ = (info_->caps & tagged_caps) == tagged_caps && cq_sources_;
+      if (const char* why = shm_cma_unavailable(); tagged_bulk_ && why != nullptr) {
+        RPC_LOG_INFO(
+            "fabric transport: {}, so shm would not move large messages by cross-memory "
+            "attach; no bulk path (docs/transports.md, \"Bulk on shm\")",
+            why);
+        tagged_bulk_ = false;
+      }
       caps_.bulk = tagged_bulk_;
       if (virt_addr_) {
         RPC_LOG_WARN(
@@ -430,6 +462,7 @@ FabricTransport::FabricTransport(const RpcConfig& config, const std::string& bin
       post_recv(i);
     }
     if (tagged_bulk_) {
+      pending_requests_.reserve(kMaxTaggedReads);
       req_mem_.assign(size_t{kReadRequestBuffers} * kReadRequestBufBytes, 0);
       auto req_reg = register_memory(req_mem_.data(), req_mem_.size());
       if (!req_reg) fail(req_reg.error());
@@ -535,7 +568,7 @@ size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
     auto* ctx = static_cast<OpContext*>(err.op_context);
     RPC_LOG_DEBUG("fabric transport: receive failed: {}", fi_strerror(err.err));
     if (ctx->kind != OpKind::kRecv) {  // a tagged read's answer or a peer's request
-      handle_tagged_completion(ctx, 0, FI_ADDR_NOTAVAIL, false);
+      handle_tagged_completion(ctx, 0, FI_ADDR_NOTAVAIL, err.err != 0 ? err.err : FI_EOTHER);
       return 0;
     }
     out[0] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes, 0, 0};
@@ -547,8 +580,7 @@ size_t FabricTransport::rx_burst(std::span<RxPacket> out) {
   for (size_t i = 0; i < static_cast<size_t>(n); i++) {
     auto* ctx = static_cast<OpContext*>(entries[i].op_context);
     if (ctx->kind != OpKind::kRecv) [[unlikely]] {
-      handle_tagged_completion(ctx, entries[i].len, cq_sources_ ? sources[i] : FI_ADDR_NOTAVAIL,
-                               true);
+      handle_tagged_completion(ctx, entries[i].len, cq_sources_ ? sources[i] : FI_ADDR_NOTAVAIL, 0);
       continue;
     }
     out[got++] = RxPacket{ring_mem_.data() + size_t{ctx->index} * caps_.max_pkt_bytes,
@@ -701,6 +733,9 @@ bool FabricTransport::resolve_remote_routing_info(RoutingInfo& info) {
   }
   it->second.refs++;
   f.fi_addr = it->second.addr;
+  if (tagged_bulk_ && f.fi_addr < (fi_addr_t{1} << 24) && f.fi_addr >= answers_to_peer_.size()) {
+    answers_to_peer_.resize(f.fi_addr + 1, 0);
+  }
   std::memcpy(info.bytes.data(), &f, sizeof(f));
   return true;
 }
@@ -1001,11 +1036,9 @@ void FabricTransport::forget_tagged_peer(fi_addr_t peer) {
     if (e.reader == peer) e.reader_gone = true;
   });
   if (ep_ == nullptr) return;  // quiesced: nothing is posted any more
-  std::erase_if(pending_requests_, [&](const PendingRequest& p) {
-    if (p.owner != peer) return false;
-    (void)fi_cancel(&ep_->fid, &p.ctx->fi);  // its completion fails the part
-    return true;
-  });
+  // A request waiting to go names a read still posted (a read's completion
+  // takes its request out of the queue), which the cancel fails.
+  std::erase_if(pending_requests_, [&](const PendingRequest& p) { return p.owner == peer; });
   for (OpContext& c : tx_ctx_) {
     if (c.kind == OpKind::kBulk && c.posted_ns != 0 && c.peer == peer) {
       (void)fi_cancel(&ep_->fid, &c.fi);
@@ -1033,13 +1066,15 @@ ssize_t FabricTransport::issue_tagged_read(const PendingRma& r) {
   const uint64_t tag = kTaggedDataBit | (random_u64() >> 1);
   r.ctx->expected_len = r.len;
   r.ctx->peer = r.peer;
+  r.ctx->timed_out = false;
   const ssize_t rc = fi_trecv(ep_, r.local_addr, r.len, r.local_desc, r.peer, tag, 0, &r.ctx->fi);
   if (rc != 0) return rc;
   r.ctx->posted_ns = steady_now_ns();
   tagged_reads_posted_++;
   const PendingRequest p{
       r.peer, {kTaggedReadMagic, r.len, r.remote_key, r.remote_addr, tag}, r.ctx};
-  if (!pending_requests_.empty() || !send_read_request(p)) pending_requests_.push_back(p);
+  // (At most one per posted read: the reserved room is never exceeded.)
+  if (!send_read_request(p)) pending_requests_.push_back(p);
   return 0;
 }
 
@@ -1063,39 +1098,50 @@ bool FabricTransport::send_read_request_for_testing(const RoutingInfo& owner, co
   return fi_tinject(ep_, bytes, len, fi_addr_of(owner), kReadRequestTag) == 0;
 }
 
+// Sends what waits; an owner that cannot take one yet (e.g. one that has
+// not polled since we first wrote to it) holds up only its own requests.
 void FabricTransport::drain_read_requests() {
-  size_t done = 0;
-  for (; done < pending_requests_.size(); done++) {
-    if (!send_read_request(pending_requests_[done])) break;
-  }
-  pending_requests_.erase(pending_requests_.begin(),
-                          pending_requests_.begin() + static_cast<ptrdiff_t>(done));
+  std::erase_if(pending_requests_, [&](const PendingRequest& p) { return send_read_request(p); });
 }
 
 void FabricTransport::handle_tagged_completion(OpContext* ctx, size_t len, fi_addr_t source,
-                                               bool ok) {
-  if (ctx->kind == OpKind::kReadRequest) {
-    if (ok) {
-      serve_read_request(ctx->index, len, source);
-    } else {
-      tagged_stats_.malformed++;  // e.g. longer than a request: truncated
-      post_read_request_recv(ctx->index);
-    }
-    return;
+                                               int err) {
+  switch (ctx->kind) {
+    case OpKind::kReadRequest:
+      if (err == 0) {
+        serve_read_request(ctx->index, len, source);
+      } else {
+        tagged_stats_.malformed++;  // e.g. longer than a request: truncated
+        post_read_request_recv(ctx->index);
+      }
+      return;
+    case OpKind::kBulk:
+      break;
+    default:
+      return;
   }
-  if (ctx->kind != OpKind::kBulk) return;
+  if (!pending_requests_.empty()) {  // a request still waiting names this part
+    std::erase_if(pending_requests_, [&](const PendingRequest& p) { return p.ctx == ctx; });
+  }
   if (ctx->posted_ns != 0) {
     ctx->posted_ns = 0;
     tagged_reads_posted_--;
   }
+  // Cancelled unanswered. An answer may still come (an owner that was
+  // descheduled): shm keeps it as unexpected, under a tag nothing posts
+  // again. No small receive can take it in: shm 1.17 retries a truncated
+  // cross-memory copy for good, stalling the whole queue.
+  if (ctx->timed_out && err == FI_ECANCELED) tagged_stats_.timed_out++;
   // A shorter answer (the owner's refusal is empty) fails the part; a
   // longer one was truncated, an error.
-  finish_bulk_part(ctx, ok && len == ctx->expected_len);
+  finish_bulk_part(ctx, err == 0 && len == ctx->expected_len);
 }
 
 // The owner's side: a request is untrusted bytes from any endpoint on the
 // host. It is served only for a live exposure of ours with that key, from
-// the exposure's reader, inside the exposure, and answered to its source.
+// the exposure's reader, inside the exposure, and answered to its source;
+// and only while the reader has fewer than kMaxAnswersPerPeer answers it
+// has not taken in, and contexts are left for our datagrams.
 void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t source) {
   const std::optional<TaggedReadRequest> req =
       decode_tagged_read_request(req_mem_.data() + size_t{index} * kReadRequestBufBytes, len);
@@ -1104,8 +1150,8 @@ void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t s
     tagged_stats_.malformed++;
     return;
   }
-  if (source == FI_ADDR_NOTAVAIL || source == FI_ADDR_UNSPEC) {
-    tagged_stats_.malformed++;  // nobody to answer
+  if (source == FI_ADDR_NOTAVAIL || source == FI_ADDR_UNSPEC || source >= answers_to_peer_.size()) {
+    tagged_stats_.malformed++;  // nobody we know to answer
     return;
   }
   const uint32_t handle = exposure_handle_of_key(req->key);
@@ -1113,8 +1159,10 @@ void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t s
   const bool allowed = e != nullptr && e->key == req->key && !e->reader_gone &&
                        (e->reader == FI_ADDR_UNSPEC || e->reader == source) &&
                        tagged_read_within(req->offset, req->len, e->len) &&
-                       e->sends_in_flight < kMaxSendsPerExposure;
-  if (!allowed || tx_free_.empty()) {
+                       e->sends_in_flight < kMaxSendsPerExposure &&
+                       answers_to_peer_[source] < kMaxAnswersPerPeer &&
+                       tx_free_.size() > kContextsKeptForSends;
+  if (!allowed) {
     refuse_read(source, req->tag);
     return;
   }
@@ -1122,6 +1170,7 @@ void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t s
   ctx->kind = OpKind::kExposeSend;
   ctx->index = handle;
   ctx->key = req->key;
+  ctx->peer = source;
   const ssize_t rc =
       fi_tsend(ep_, e->addr + req->offset, req->len, e->desc, source, req->tag, &ctx->fi);
   if (rc != 0) {
@@ -1131,6 +1180,7 @@ void FabricTransport::serve_read_request(uint32_t index, size_t len, fi_addr_t s
   }
   tx_free_.pop_back();
   e->sends_in_flight++;
+  answers_to_peer_[source]++;
   tagged_stats_.served++;
 }
 
@@ -1147,13 +1197,16 @@ void FabricTransport::refuse_read(fi_addr_t source, uint64_t tag) {
 }
 
 void FabricTransport::finish_expose_send(const OpContext* ctx) {
+  if (ctx->peer < answers_to_peer_.size() && answers_to_peer_[ctx->peer] > 0) {
+    answers_to_peer_[ctx->peer]--;
+  }
   TaggedExposure* e = tagged_exposures_.get(ctx->index);
   if (e != nullptr && e->key == ctx->key && e->sends_in_flight > 0) e->sends_in_flight--;
 }
 
 // Reads whose answer has not come in tagged_read_timeout_ns_ are cancelled:
-// their receives complete as failed (a cancel that comes too late, the
-// answer already arriving, changes nothing).
+// their receives complete as cancelled and fail (a cancel that comes too
+// late, the answer already arriving, changes nothing).
 void FabricTransport::expire_tagged_reads() {
   const uint64_t now = steady_now_ns();
   for (OpContext& c : tx_ctx_) {
@@ -1162,7 +1215,8 @@ void FabricTransport::expire_tagged_reads() {
       continue;
     }
     c.posted_ns = now;  // at most one cancel per timeout
-    if (fi_cancel(&ep_->fid, &c.fi) == 0) tagged_stats_.timed_out++;
+    c.timed_out = true;
+    (void)fi_cancel(&ep_->fid, &c.fi);
   }
 }
 

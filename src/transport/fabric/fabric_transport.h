@@ -91,6 +91,8 @@ class FabricTransport final : public Transport {
     uint64_t timed_out = 0;
   };
   const TaggedReadStats& tagged_read_stats() const { return tagged_stats_; }
+  // Tests: our tagged receives posted (reads' parts).
+  size_t tagged_receives_posted() const { return tagged_reads_posted_; }
   // Tests act as a hostile peer with this: any bytes, sent as a read
   // request to the owner of exposures at `owner` (a resolved route). False
   // when the provider did not take it (shm: until the owner has polled once).
@@ -145,7 +147,8 @@ class FabricTransport final : public Transport {
     uint32_t expected_len;
     uint64_t posted_ns;
     uint64_t key;    // kExposeSend: the exposure's key (its handle may be reused)
-    fi_addr_t peer;  // kBulk on tagged reads: the owner asked
+    fi_addr_t peer;  // kBulk: the owner asked; kExposeSend: the reader answered
+    bool timed_out;  // kBulk: cancelled by expire_tagged_reads
   };
   // A one-sided operation, posted as one or more parts (pipelined reads);
   // reported to the engine when its last part completes.
@@ -192,7 +195,8 @@ class FabricTransport final : public Transport {
   void serve_read_request(uint32_t index, size_t len, fi_addr_t source);
   void refuse_read(fi_addr_t source, uint64_t tag);
   void finish_expose_send(const OpContext* ctx);
-  void handle_tagged_completion(OpContext* ctx, size_t len, fi_addr_t source, bool ok);
+  // err: 0, or the completion's error (FI_ECANCELED, FI_ETRUNC, ...).
+  void handle_tagged_completion(OpContext* ctx, size_t len, fi_addr_t source, int err);
   void expire_tagged_reads();
   void forget_tagged_peer(fi_addr_t peer);
   bool expose_tagged(const RoutingInfo& reader, const void* addr, size_t len, const MemReg& reg,
@@ -295,6 +299,12 @@ class FabricTransport final : public Transport {
   // buffers, the room they take in the provider's receive queue.
   static constexpr size_t kMaxTaggedReads = 64;
   static constexpr size_t kTaggedRecvRoom = kReadRequestBuffers + kMaxTaggedReads;
+  // Answers in flight to one reader (each holds a context until the reader
+  // takes it in), and contexts never given to answers (kept for datagrams).
+  static constexpr uint32_t kMaxAnswersPerPeer = 2 * kMaxReadParts;
+  static constexpr size_t kContextsKeptForSends = 2 * kMaxBatch;
+  std::vector<uint32_t> answers_to_peer_;  // by fi_addr
+
   static constexpr size_t kReadRequestBufBytes = 64;  // longer ones are truncated: dropped
   std::vector<uint8_t> req_mem_;
   void* req_desc_ = nullptr;
