@@ -388,6 +388,22 @@ TEST_CASE("over shm, large messages are read by tagged message", "[fabric]") {
   CHECK(p.client->stats().bulk_reads == 1);
 }
 
+TEST_CASE("over shm, no bulk path where shm would not use cross-memory attach", "[fabric]") {
+  if (!shm_under_test()) return;
+  // shm's other protocol copies an answer from the owner's own progress,
+  // which could go on after a revoke: large messages then go as datagrams
+  ::setenv("FI_SHM_DISABLE_CMA", "1", 1);
+  FabricTransport t(fabric_config("shm"), "127.0.0.1");
+  ::unsetenv("FI_SHM_DISABLE_CMA");
+  CHECK_FALSE(t.caps().bulk);
+  CHECK_FALSE(t.tagged_reads());
+  // A false spelling leaves it on
+  ::setenv("FI_SHM_DISABLE_CMA", "no", 1);
+  FabricTransport u(fabric_config("shm"), "127.0.0.1");
+  ::unsetenv("FI_SHM_DISABLE_CMA");
+  CHECK(u.caps().bulk);
+}
+
 namespace {
 
 // A read by `reader` of an exposure at `owner` (a route of the reader's),
