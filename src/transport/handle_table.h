@@ -45,9 +45,7 @@ class HandleTable {
   // Calls f on every live value and forgets them all.
   template <typename F>
   void drain(F&& f) {
-    for (T& value : values_) {
-      if (value != T{}) f(value);
-    }
+    for_each(f);
     values_.clear();
     free_.clear();
   }

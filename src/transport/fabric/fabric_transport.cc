@@ -11,12 +11,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/random.h"
 #include "wire/pkt_hdr.h"
@@ -242,12 +242,6 @@ std::string rdm_providers() {
   }
   fi_freeinfo(list);
   return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
-}
-
-uint64_t steady_now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 }  // namespace
@@ -1069,7 +1063,7 @@ ssize_t FabricTransport::issue_tagged_read(const PendingRma& r) {
   r.ctx->timed_out = false;
   const ssize_t rc = fi_trecv(ep_, r.local_addr, r.len, r.local_desc, r.peer, tag, 0, &r.ctx->fi);
   if (rc != 0) return rc;
-  r.ctx->posted_ns = steady_now_ns();
+  r.ctx->posted_ns = now_ns();
   tagged_reads_posted_++;
   const PendingRequest p{
       r.peer, {kTaggedReadMagic, r.len, r.remote_key, r.remote_addr, tag}, r.ctx};
@@ -1208,7 +1202,7 @@ void FabricTransport::finish_expose_send(const OpContext* ctx) {
 // their receives complete as cancelled and fail (a cancel that comes too
 // late, the answer already arriving, changes nothing).
 void FabricTransport::expire_tagged_reads() {
-  const uint64_t now = steady_now_ns();
+  const uint64_t now = now_ns();
   for (OpContext& c : tx_ctx_) {
     if (c.kind != OpKind::kBulk || c.posted_ns == 0 ||
         now - c.posted_ns < tagged_read_timeout_ns_) {
