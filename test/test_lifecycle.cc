@@ -1293,6 +1293,42 @@ TEST_CASE(
   call.release(*p.client);
 }
 
+TEST_CASE("with congestion control, the answer to a bulk request does not cut the rate") {
+  // Regression: the answer to a bulk request comes after the server has
+  // read the whole message, and Timely took that time for a queue: over
+  // tcp;ofi_rxm an 8 MiB stream's session was paced to ~120 Mbit/s.
+  CcPair p;
+  // Answered 3 ms after it was sent (past cc_t_high_us above the base RTT,
+  // below the RTO), with the loops running all along (no loop gap)
+  auto answered_late = [&](size_t size) {
+    Call call(*p.client, size);
+    p.hold_responses();
+    REQUIRE(call.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+    for (int i = 0; i < 300; i++) {
+      advance_manual_clock(10us);
+      p.pump();
+    }
+    p.release();
+    for (int i = 0; i < 100 && call.runs == 0; i++) p.pump();
+    REQUIRE(call.runs == 1);
+    CHECK(call.errc == Errc::kOk);
+    CHECK(check_pattern(call.resp, size, size));
+    call.release(*p.client);
+  };
+  // Given a request above the bulk threshold (a control packet and a read)
+  const size_t bulk_size = RpcConfig{}.bulk_threshold_bytes * 4;
+  const uint64_t srtt_before_us = p.client->session_stats(p.sn)->srtt_us;
+  answered_late(bulk_size);
+  REQUIRE(p.client->stats().bulk_reads == 1);
+  // Expect the rate to stay full, and the RTO to have learned the round trip
+  CHECK(p.rate_mbps() == 100);
+  CHECK(p.client->session_stats(p.sn)->srtt_us > srtt_before_us + 3000 / 8 - 50);
+  CHECK(p.client->stats().retransmissions == 0);
+  // while a datagram request answered as late is taken for a queue
+  answered_late(32);
+  CHECK(p.rate_mbps() < 100);
+}
+
 TEST_CASE("a request paced at congestion control's minimum rate is not dropped as a trickle") {
   // Regression (bench/incast.sh, 32 clients): the server dropped a request
   // that arrived slower than 10 MB/s overall, and congestion control paced
