@@ -1329,6 +1329,38 @@ TEST_CASE("with congestion control, the answer to a bulk request does not cut th
   CHECK(p.rate_mbps() < 100);
 }
 
+TEST_CASE("with congestion control, a bulk request's control packet is not paced") {
+  // Its payload moves by one-sided read, which is never paced, and its
+  // answer feeds Timely nothing (the test above): paced, a bulk-only
+  // session would keep a timeout's cut for good.
+  CcPair p;
+  Session& s = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  // Given the session below its full rate and its next packet's time ahead
+  REQUIRE(s.timely.on_loss(manual_clock(), 0));
+  REQUIRE(!s.timely.uncongested());
+  s.next_tx_ns = manual_clock() + 200'000;
+  // When a bulk request and a datagram request are enqueued, with the
+  // clock standing still
+  const size_t bulk_size = RpcConfig{}.bulk_threshold_bytes * 4;
+  Call bulk(*p.client, bulk_size);
+  Call small(*p.client, 32);
+  REQUIRE(bulk.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  REQUIRE(small.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 50; i++) p.pump();
+  // Expect the bulk request to complete, and only the datagram to wait
+  REQUIRE(bulk.runs == 1);
+  CHECK(bulk.errc == Errc::kOk);
+  CHECK(check_pattern(bulk.resp, bulk_size, bulk_size));
+  CHECK(p.client->stats().bulk_reads == 1);
+  CHECK(small.runs == 0);
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts == 1);
+  // which goes when its time comes
+  for (int i = 0; i < 100 && small.runs == 0; i++) p.advance(10us);
+  CHECK(small.runs == 1);
+  bulk.release(*p.client);
+  small.release(*p.client);
+}
+
 TEST_CASE("a request paced at congestion control's minimum rate is not dropped as a trickle") {
   // Regression (bench/incast.sh, 32 clients): the server dropped a request
   // that arrived slower than 10 MB/s overall, and congestion control paced

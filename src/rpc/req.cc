@@ -138,7 +138,12 @@ void RpcImpl::client_try_send(ClientSlot& slot) {
       }
       return;
     }
-    if (wheel_ != nullptr && !session.timely.uncongested() && !pace(slot)) [[unlikely]] {
+    // A bulk request's control packet is not paced: its payload moves by
+    // one-sided read, which Timely does not pace, and its answer feeds no
+    // Timely sample (credits.cc), so a session that only moves bulk
+    // messages would otherwise stay at a rate cut by a timeout for good.
+    if (wheel_ != nullptr && !session.timely.uncongested() && !slot.bulk_req && !pace(slot))
+        [[unlikely]] {
       return;
     }
     session.credits--;
