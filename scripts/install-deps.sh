@@ -20,7 +20,7 @@ base=(
   build-essential meson ninja-build pkg-config
   libfmt-dev libasio-dev catch2 libcli11-dev nlohmann-json3-dev
   libibverbs-dev rdma-core perftest libfabric-dev
-  clang libclang-rt-14-dev iproute2 python3
+  clang libclang-rt-14-dev clang-format iproute2 python3
   libraft-dev libuv1-dev libcuckoo-dev libmemcached-dev memcached
 )
 packages=()

@@ -13,8 +13,8 @@
 //     a real Rpc opens S sessions and sends the payload on all 8 slots of
 //     each, then sends nothing more for T ms (the server keeps the answers
 //     cached); prints "requests ok=K failed=F pending=P".
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
