@@ -1361,6 +1361,53 @@ TEST_CASE("with congestion control, a bulk request's control packet is not paced
   small.release(*p.client);
 }
 
+TEST_CASE("with congestion control, a bulk request's datagram response is paced") {
+  // Review finding: the exemption above first covered every packet of a
+  // bulk request's slot, so the requests for a response sent as datagrams
+  // (RFRs: each pulls a full packet back) were not paced either. Given a
+  // server that answers as datagrams up to 4 MiB, and a client with
+  // congestion control on a 100 Mbit/s link, on a manual clock
+  Pair p(RpcConfig{.mtu_bytes = 256, .bulk_threshold_bytes = size_t{4} << 20},
+         RpcConfig{.mtu_bytes = 256, .congestion_control = true, .cc_link_gbps = 0.1});
+  p.use_manual_clock();
+  Session& s = *RpcImplTestAccess::session(impl_of(*p.client), p.sn);
+  const size_t bulk_size = RpcConfig{}.bulk_threshold_bytes * 4;
+  // Its answers are Timely's samples, as any datagram's: a first such
+  // request, the loops never away for long, gives the session its base RTT
+  {
+    Call first(*p.client, bulk_size);
+    REQUIRE(first.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+    for (int i = 0; i < 2000 && first.runs == 0; i++) {
+      advance_manual_clock(10us);
+      p.pump();
+    }
+    REQUIRE(first.runs == 1);
+    CHECK(s.timely.base_rtt_ns() != UINT64_MAX);
+    first.release(*p.client);
+  }
+  // and the session below its full rate, its next packet's time ahead
+  REQUIRE(s.timely.on_loss(manual_clock(), 0));
+  REQUIRE(!s.timely.uncongested());
+  s.next_tx_ns = manual_clock() + 200'000;
+  // When a bulk request gets a multi-packet response, the clock standing
+  // still
+  Call bulk(*p.client, bulk_size);
+  REQUIRE(bulk.enqueue(*p.client, p.sn, kEcho) == Errc::kOk);
+  for (int i = 0; i < 200; i++) p.pump();
+  // Expect the request read by the server, and the response waiting for
+  // the rate
+  CHECK(p.server->stats().bulk_reads == 2);
+  CHECK(bulk.runs == 0);
+  CHECK(p.client->session_stats(p.sn)->cc_paced_pkts >= 1);
+  // and complete, intact, as the time moves on
+  for (int i = 0; i < 20000 && bulk.runs == 0; i++) p.advance(10us);
+  REQUIRE(bulk.runs == 1);
+  CHECK(bulk.errc == Errc::kOk);
+  CHECK(check_pattern(bulk.resp, bulk_size, bulk_size));
+  CHECK(p.client->stats().bulk_reads == 0);
+  bulk.release(*p.client);
+}
+
 TEST_CASE("a request paced at congestion control's minimum rate is not dropped as a trickle") {
   // Regression (bench/incast.sh, 32 clients): the server dropped a request
   // that arrived slower than 10 MB/s overall, and congestion control paced

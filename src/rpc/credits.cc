@@ -72,13 +72,14 @@ bool RpcImpl::client_accept(ClientSlot& slot, size_t rx_index) {
     const uint64_t sample_ns = now_ns_ - slot.rtt_sample_sent_ns;
     session.rtt.add_sample(sample_ns);
     if (wheel_ != nullptr) {
-      // The answer to a bulk request comes after the server has read the
-      // whole message: the sample measures that transfer (8 MiB is
-      // milliseconds at any rate), not a queue, and Timely took it as
-      // congestion and paced the session's datagrams to ~120 Mbit/s. The
-      // RTO still learns from it (the next control packet's answer takes
-      // as long); the reads themselves are never paced.
-      const uint64_t timely_ns = slot.bulk_req ? 0 : timely_sample_ns(sample_ns);
+      // The answer to a bulk request's control packet (answer 0, its only
+      // request packet) comes after the server has read the whole message:
+      // the sample measures that transfer (8 MiB is milliseconds at any
+      // rate), not a queue, and Timely took it as congestion and paced the
+      // session's datagrams to ~120 Mbit/s. The RTO still learns from it
+      // (the next control packet's answer takes as long); the reads
+      // themselves are never paced. Its RFRs' answers are sampled as any.
+      const uint64_t timely_ns = slot.bulk_req && rx_index == 0 ? 0 : timely_sample_ns(sample_ns);
       if (timely_ns != 0) session.timely.on_rtt_sample(now_ns_, timely_ns);
       end_initial_window(session);
     }

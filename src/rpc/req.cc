@@ -142,8 +142,9 @@ void RpcImpl::client_try_send(ClientSlot& slot) {
     // one-sided read, which Timely does not pace, and its answer feeds no
     // Timely sample (credits.cc), so a session that only moves bulk
     // messages would otherwise stay at a rate cut by a timeout for good.
-    if (wheel_ != nullptr && !session.timely.uncongested() && !slot.bulk_req && !pace(slot))
-        [[unlikely]] {
+    // Its RFRs (a response sent as datagrams) are paced as any.
+    if (wheel_ != nullptr && !session.timely.uncongested() && !(is_req_pkt && slot.bulk_req) &&
+        !pace(slot)) [[unlikely]] {
       return;
     }
     session.credits--;
