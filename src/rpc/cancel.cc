@@ -57,7 +57,7 @@ void RpcImpl::end_request_early(ClientSlot& slot, Errc errc) {
     // No response heard: the server may be running its handler, so new
     // requests go to other slots while they can (lowest_free_client_slot).
     if (slot.num_rx < slot.req_pkts) {
-      session.unheard_cslots |= uint32_t{1} << (slot.req_num % kSessionReqWindow);
+      session.unheard_cslots |= slot_bit(slot.req_num);
     }
     // Nothing heard at all: the server may not have the request, a gap in
     // the slot's numbers. It takes at most kMaxReqsGivenUp numbers ahead:

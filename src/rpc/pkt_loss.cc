@@ -189,7 +189,7 @@ void RpcImpl::check_stale_answer(Session& session, const PktHdr& hdr) {
   // has responded, so the slot's next request will not wait for it, and
   // the server holds that request's number (no gap).
   if (hdr.pkt_type() == PktType::kResp && !slot.active && hdr.req_num() == slot.req_num) {
-    session.unheard_cslots &= ~(uint32_t{1} << slot_index);
+    session.unheard_cslots &= ~slot_bit(hdr.req_num());
     slot.given_up_unheard = 0;
   }
   if (slot.undo_cut == 0 || hdr.restart()) return;  // (a restart notice answers nothing)

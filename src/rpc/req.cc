@@ -95,7 +95,7 @@ void RpcImpl::start_request(ClientSlot& slot, ReqType req_type, MsgBuffer& req, 
                             void* tag, uint64_t request_id, uint64_t deadline_ns) {
   RPC_ASSERT(!slot.active, "a request starts in a free slot");
   slot.active = true;
-  slot.session->busy_cslots |= uint32_t{1} << (slot.next_req_num % kSessionReqWindow);
+  slot.session->busy_cslots |= slot_bit(slot.next_req_num);
   slot.req_type = req_type;
   slot.req = &req;
   slot.resp = &resp;

@@ -206,12 +206,12 @@ void RpcImpl::client_complete(ClientSlot& slot, Errc errc, size_t resp_size, uin
   // credits are returned now.
   session.credits += slot.num_tx - slot.num_rx;
   slot.active = false;
-  session.busy_cslots &= ~(uint32_t{1} << (slot.req_num % kSessionReqWindow));
+  session.busy_cslots &= ~slot_bit(slot.req_num);
   if (slot.num_rx != 0) slot.given_up_unheard = 0;  // the server hears this slot
   // A response (answers past the request's credit returns): the server's
   // handler of an earlier request given up in this slot is done too.
   if (session.unheard_cslots != 0 && slot.num_rx >= slot.req_pkts) [[unlikely]] {
-    session.unheard_cslots &= ~(uint32_t{1} << (slot.req_num % kSessionReqWindow));
+    session.unheard_cslots &= ~slot_bit(slot.req_num);
   }
   // The server has read the request (it answered), or never will: the
   // request buffer goes back to the application unexposed.

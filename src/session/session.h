@@ -30,6 +30,11 @@ namespace rpc::detail {
 // over udp, against 1.8 M with 32 slots (docs/benchmarks.md). Both ends
 // must agree (kSmVersion 5 and later have 32).
 inline constexpr size_t kSessionReqWindow = 32;
+// The bit of a request's slot in Session::busy_cslots and unheard_cslots
+// (a request's slot is req_num % kSessionReqWindow).
+inline constexpr uint32_t slot_bit(uint64_t req_num) {
+  return uint32_t{1} << (req_num % kSessionReqWindow);
+}
 // The smallest RpcConfig::session_credits accepted. A session may have
 // fewer credits than slots (an overcommitted ring grants as few as
 // kMinSessionCredits): its requests then wait for credits, not slots.
