@@ -75,7 +75,8 @@ struct RpcConfig {
   // the same packet size. 0 (default): the transport's own choice — udp
   // 1500 (a standard Ethernet link), verbs the port's active MTU, fabric
   // the provider's inject size where it is at least 1500 (shm: 4096,
-  // copied through its shared queue with no rendezvous), else 1500.
+  // copied through its shared queue with no rendezvous), tcp;ofi_rxm 9000
+  // (it sends up to 16 KiB eagerly), else 1500.
   // Otherwise the link MTU as configured on the interface: udp subtracts
   // IP and UDP headers (1500 gives 1472-byte datagrams), verbs and fabric
   // take the smaller of it and the port's MTU or the provider's largest
