@@ -200,7 +200,7 @@ if want leader-kill; then
     vrc=$?
     if [ -z "$new" ]; then
       fail "leader-kill: no new leader after killing $old"
-    elif [ "$t_new" -gt $((2 * ELECTION_MS + 250)) ]; then
+    elif [ "$t_new" -gt $((4 * ELECTION_MS + 1000)) ]; then  # two vote rounds (run_smr_loopback.sh)
       fail "leader-kill: new leader $new only after $t_new ms (election timeout $ELECTION_MS ms)"
     elif [ $src -ne 0 ] || [ $vrc -ne 0 ]; then
       fail "leader-kill: stream exit $src, verify exit $vrc: $(tail -1 "$WORK/k.verify")"
